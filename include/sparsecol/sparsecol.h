@@ -1,0 +1,216 @@
+// sparsecol: a sparse-aware CPU inference engine for ONNX models.
+//
+// The whole public API. It depends on the C++ standard library only: no protobuf, oneDNN,
+// hwloc or OpenMP type leaks out of this header.
+//
+//   sparsecol::Engine engine = sparsecol::Engine::load("model.onnx");   // throws sparsecol::Error
+//   sparsecol::Session session = engine.session();                       // one per calling thread
+//   auto outputs = session.run({{"input", sparsecol::Tensor::view(ptr, {1, 3, 224, 224})}});
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sparsecol {
+
+// What kind of failure an Error reports; lets callers react without parsing messages.
+enum class ErrorCode {
+  kInvalidArgument,  // a caller's argument is wrong (bad option, unknown input name)
+  kNotFound,         // a file does not exist
+  kIoError,          // a file exists but cannot be read or written
+  kInvalidModel,     // the model is malformed (bad protobuf, broken graph, bad attribute)
+  kUnsupported,      // valid ONNX that this engine does not implement (op, dtype, opset)
+  kShapeMismatch,    // a tensor's shape differs from what the model or op expects
+  kDtypeMismatch,    // a tensor's element type differs from what the model or op expects
+  kOutOfMemory,      // an allocation failed
+  kInternal,         // a bug in sparsecol
+};
+
+const char* to_string(ErrorCode code);
+
+// The one exception type of the API. The message names what and where: file, node, op,
+// expected vs actual.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message);
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+enum class DType : int { kFloat32, kFloat64, kInt64, kInt32, kInt8, kUInt8, kBool };
+
+const char* to_string(DType dtype);
+std::size_t dtype_size(DType dtype);
+
+// A dense, C-ordered tensor. Either owns its storage (shared between copies of the Tensor,
+// like a shared_ptr) or views memory that the caller keeps alive.
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // Owning, zero-filled. Throws Error(kOutOfMemory) if the allocation fails.
+  static Tensor zeros(DType dtype, std::vector<int64_t> shape);
+  // Non-owning view of caller memory; the caller keeps it alive while the Tensor is used.
+  static Tensor view(void* data, DType dtype, std::vector<int64_t> shape);
+  static Tensor view(float* data, std::vector<int64_t> shape) {
+    return view(data, DType::kFloat32, std::move(shape));
+  }
+  static Tensor view(const float* data, std::vector<int64_t> shape) {
+    return view(const_cast<float*>(data), DType::kFloat32, std::move(shape));
+  }
+
+  // True for a default-constructed Tensor (no data, no shape).
+  bool empty() const { return data_ == nullptr && storage_ == nullptr && shape_.empty(); }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t dim(int axis) const { return shape_.at(static_cast<std::size_t>(axis)); }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t numel() const;
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  bool owns_data() const { return storage_ != nullptr; }
+
+  void* raw_data() { return data_; }
+  const void* raw_data() const { return data_; }
+  // Typed access; throws Error(kDtypeMismatch) if T is not the tensor's element type.
+  template <typename T>
+  T* data();
+  template <typename T>
+  const T* data() const;
+
+  // A deep, owning copy.
+  Tensor clone() const;
+  // Same storage, another shape with the same element count.
+  Tensor reshaped(std::vector<int64_t> shape) const;
+
+ private:
+  std::shared_ptr<void> storage_;
+  void* data_ = nullptr;
+  DType dtype_ = DType::kFloat32;
+  std::vector<int64_t> shape_;
+};
+
+// Element count of a shape, with overflow and negative-dimension checks (throws Error).
+int64_t checked_numel(const std::vector<int64_t>& shape);
+
+using NamedTensors = std::map<std::string, Tensor>;
+
+// How a Session executes the model.
+enum class Schedule {
+  kReference,  // naive reference kernels, op by op: the oracle every other path is tested against
+};
+
+const char* to_string(Schedule schedule);
+// Parses "reference"; throws Error(kInvalidArgument) naming the accepted values.
+Schedule parse_schedule(const std::string& name);
+
+struct Options {
+  Schedule schedule = Schedule::kReference;
+  int threads = 0;       // 0: one per physical core
+  bool verbose = false;  // print load/plan decisions to stderr (also SPARSECOL_VERBOSE=1)
+};
+
+// Name, element type and shape of a model input or output. A dimension that is not fixed by
+// the model (a symbolic batch, say) is -1, with its symbol in dim_names where it has one.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::vector<std::string> dim_names;
+  bool shape_known = true;  // false when the model states no shape at all
+};
+
+class Session;
+
+// A loaded model. Immutable after load and safe to share across threads.
+class Engine {
+ public:
+  // Loads an ONNX model; throws Error naming the file (and node, op) on any problem.
+  static Engine load(const std::string& path, const Options& options = {});
+
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+  const Options& options() const;
+  // A human-readable summary: ops, shapes, initializer sparsity (what `sparsecol inspect` shows).
+  std::string describe() const;
+
+  // Cheap; use one Session per calling thread.
+  Session session() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Runs an Engine's model. Not thread-safe: one per thread, many per Engine.
+class Session {
+ public:
+  // Checks names, dtypes and shapes of the inputs (Error naming the input, expected vs actual),
+  // then returns every model output by name.
+  NamedTensors run(const NamedTensors& inputs);
+
+  struct Impl;
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+ private:
+  friend class Engine;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType kValue = DType::kFloat32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType kValue = DType::kFloat64;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType kValue = DType::kInt64;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType kValue = DType::kInt32;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType kValue = DType::kInt8;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType kValue = DType::kUInt8;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType kValue = DType::kBool;
+};
+
+[[noreturn]] void throw_dtype_mismatch(DType expected, DType actual);
+
+template <typename T>
+T* Tensor::data() {
+  if (DTypeOf<T>::kValue != dtype_) throw_dtype_mismatch(DTypeOf<T>::kValue, dtype_);
+  return static_cast<T*>(data_);
+}
+
+template <typename T>
+const T* Tensor::data() const {
+  if (DTypeOf<T>::kValue != dtype_) throw_dtype_mismatch(DTypeOf<T>::kValue, dtype_);
+  return static_cast<const T*>(data_);
+}
+
+}  // namespace sparsecol

@@ -1,0 +1,42 @@
+#include "reference/softmax.h"
+
+#include <cmath>
+#include <limits>
+
+namespace sparsecol::kernels::reference {
+
+namespace {
+
+// Calls finish(x, max, sum of exp(x - max)) per element of each line along the axis and
+// stores its result.
+template <typename Finish>
+void for_each_line(const float* src, float* dst, const SoftmaxShape& shape, Finish finish) {
+  const int64_t stride = shape.inner;
+  for (int64_t o = 0; o < shape.outer; ++o) {
+    for (int64_t i = 0; i < shape.inner; ++i) {
+      const float* x = src + o * shape.axis_size * stride + i;
+      float* y = dst + o * shape.axis_size * stride + i;
+      double max = -std::numeric_limits<double>::infinity();
+      for (int64_t a = 0; a < shape.axis_size; ++a) max = std::fmax(max, x[a * stride]);
+      double sum = 0.0;
+      for (int64_t a = 0; a < shape.axis_size; ++a) sum += std::exp(x[a * stride] - max);
+      for (int64_t a = 0; a < shape.axis_size; ++a) {
+        y[a * stride] = static_cast<float>(finish(static_cast<double>(x[a * stride]), max, sum));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void softmax_reference(const float* src, float* dst, const SoftmaxShape& shape) {
+  for_each_line(src, dst, shape,
+                [](double x, double max, double sum) { return std::exp(x - max) / sum; });
+}
+
+void log_softmax_reference(const float* src, float* dst, const SoftmaxShape& shape) {
+  for_each_line(src, dst, shape,
+                [](double x, double max, double sum) { return x - max - std::log(sum); });
+}
+
+}  // namespace sparsecol::kernels::reference

@@ -1,0 +1,834 @@
+// Shape and dtype inference of the tensor (data movement and shape) ops, ONNX opsets 11-17.
+//
+// These ops move bytes, so they accept every dtype. Whatever the model file says (perms,
+// axes, indices, target shapes, pads) is checked here before anything is allocated, and every
+// output's element count is checked to fit 64 bits.
+#include "graph/ops_tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <type_traits>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace sparsecol::graph {
+
+namespace {
+
+std::string dims(const std::vector<int64_t>& values) {
+  return fmt::format("[{}]", fmt::join(values, ", "));
+}
+
+int64_t checked_mul(const InferContext& ctx, int64_t a, int64_t b) {
+  int64_t result = 0;
+  if (__builtin_mul_overflow(a, b, &result)) {
+    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("dimension {} * {} overflows 64 bits", a, b));
+  }
+  return result;
+}
+
+int64_t checked_add(const InferContext& ctx, int64_t a, int64_t b) {
+  int64_t result = 0;
+  if (__builtin_add_overflow(a, b, &result)) {
+    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("dimension {} + {} overflows 64 bits", a, b));
+  }
+  return result;
+}
+
+// Sets an output only once its element count is known to fit 64 bits, so that no later
+// allocation multiplies out a wrapped size.
+void set_sized_output(InferContext& ctx, std::size_t i, DType dtype, std::vector<int64_t> shape) {
+  try {
+    checked_numel(shape);
+  } catch (const Error& e) {
+    ctx.fail(e.code(), fmt::format("output {}: {}", i, e.what()));
+  }
+  ctx.set_output(i, dtype, std::move(shape));
+}
+
+// Axes normalized against `rank`, each in [-rank, rank) and none repeated.
+std::vector<int64_t> unique_axes(const InferContext& ctx, const std::vector<int64_t>& axes,
+                                 int64_t rank, const char* what) {
+  std::vector<bool> seen(static_cast<std::size_t>(rank), false);
+  std::vector<int64_t> normalized;
+  for (int64_t axis : axes) {
+    if (axis < -rank || axis >= rank) {
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("{} {} has axis {}, out of range [{}, {}] for rank {}", what, dims(axes),
+                           axis, -rank, rank - 1, rank));
+    }
+    const int64_t a = axis < 0 ? axis + rank : axis;
+    if (seen[static_cast<std::size_t>(a)]) {
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("{} {} names axis {} more than once", what, dims(axes), a));
+    }
+    seen[static_cast<std::size_t>(a)] = true;
+    normalized.push_back(a);
+  }
+  return normalized;
+}
+
+// Every element of an int32 or int64 tensor of any rank, as int64.
+std::vector<int64_t> all_ints(const InferContext& ctx, const Tensor& tensor, const char* what) {
+  if (tensor.dtype() != DType::kInt64 && tensor.dtype() != DType::kInt32) {
+    ctx.fail(ErrorCode::kDtypeMismatch,
+             fmt::format("{} must be int32 or int64, got {}", what, to_string(tensor.dtype())));
+  }
+  return visit_dtype(tensor.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<int64_t> values;
+    if constexpr (std::is_integral_v<T>) {
+      const T* data = static_cast<const T*>(tensor.raw_data());
+      values.assign(data, data + tensor.numel());
+    }
+    return values;
+  });
+}
+
+std::vector<int64_t> constant_ints(const InferContext& ctx, std::size_t input, const char* what) {
+  return int_values(ctx, ctx.required_constant(input, what), what);
+}
+
+// Squeeze/Unsqueeze axes: an attribute up to opset 12, an input from opset 13.
+std::optional<std::vector<int64_t>> axes_operand(const InferContext& ctx) {
+  if (ctx.graph().opset >= 13) {
+    if (!ctx.has_input(1)) return std::nullopt;
+    return constant_ints(ctx, 1, "axes");
+  }
+  if (!ctx.node().has_attr("axes")) return std::nullopt;
+  return ctx.node().attr_ints("axes");
+}
+
+std::size_t axes_input_limit(const InferContext& ctx) { return ctx.graph().opset >= 13 ? 2 : 1; }
+
+// The value of a one-element constant of any numeric dtype.
+double scalar_value(const InferContext& ctx, std::size_t input, const char* what) {
+  const Tensor& t = ctx.required_constant(input, what);
+  if (t.numel() != 1) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("{} must hold exactly one element, got shape {}", what, dims(t.shape())));
+  }
+  return visit_dtype(t.dtype(), [&](auto zero) {
+    return static_cast<double>(*static_cast<const decltype(zero)*>(t.raw_data()));
+  });
+}
+
+// ---- ops ----
+
+void infer_reshape(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  const std::vector<int64_t> in = ctx.shape(0);
+  const std::vector<int64_t> target = constant_ints(ctx, 1, "target shape");
+  const bool allow_zero = ctx.node().attr_int("allowzero", 0) != 0;
+  std::vector<int64_t> out = target;
+  std::optional<std::size_t> inferred;
+  int64_t known = 1;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (inferred) {
+        ctx.fail(ErrorCode::kInvalidModel,
+                 fmt::format("target shape {} has more than one -1", dims(target)));
+      }
+      inferred = i;
+      continue;
+    }
+    if (out[i] < -1) {
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("target shape {} has negative dimension {}", dims(target), out[i]));
+    }
+    if (out[i] == 0 && !allow_zero) {
+      // 0 copies the input's dimension at the same index.
+      if (i >= in.size()) {
+        ctx.fail(
+            ErrorCode::kShapeMismatch,
+            fmt::format("target shape {} copies dimension {} (0), but the input {} has rank {}",
+                        dims(target), i, dims(in), in.size()));
+      }
+      out[i] = in[i];
+    }
+    known = checked_mul(ctx, known, out[i]);
+  }
+  const int64_t count = checked_numel(in);
+  if (inferred) {
+    if (known == 0 || count % known != 0) {
+      ctx.fail(ErrorCode::kShapeMismatch,
+               fmt::format("cannot infer the -1 of target shape {} from input {} ({} elements)",
+                           dims(target), dims(in), count));
+    }
+    out[*inferred] = count / known;
+    known = count;
+  }
+  if (known != count) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("cannot reshape input {} ({} elements) to target shape {} ({} elements)",
+                         dims(in), count, dims(out), known));
+  }
+  ctx.set_output(0, ctx.dtype(0), std::move(out));
+}
+
+void infer_flatten(InferContext& ctx) {
+  ctx.expect_inputs(1, 1);
+  const std::vector<int64_t> in = ctx.shape(0);
+  const auto rank = static_cast<int64_t>(in.size());
+  int64_t axis = ctx.node().attr_int("axis", 1);
+  if (axis < -rank || axis > rank) {  // unlike most ops, axis == rank is allowed
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("axis {} is out of range [{}, {}] for rank {}", axis, -rank, rank, rank));
+  }
+  if (axis < 0) axis += rank;
+  const auto mid = in.begin() + axis;
+  const int64_t outer = std::accumulate(in.begin(), mid, int64_t{1}, std::multiplies<>());
+  const int64_t inner = std::accumulate(mid, in.end(), int64_t{1}, std::multiplies<>());
+  ctx.set_output(0, ctx.dtype(0), {outer, inner});
+}
+
+void infer_transpose(InferContext& ctx) {
+  ctx.expect_inputs(1, 1);
+  const std::vector<int64_t> in = ctx.shape(0);
+  std::vector<int64_t> out;
+  for (int64_t p : resolve_perm(ctx, static_cast<int64_t>(in.size()))) {
+    out.push_back(in[static_cast<std::size_t>(p)]);
+  }
+  ctx.set_output(0, ctx.dtype(0), std::move(out));
+}
+
+void infer_squeeze(InferContext& ctx) {
+  ctx.expect_inputs(1, axes_input_limit(ctx));
+  const std::vector<int64_t> in = ctx.shape(0);
+  const auto rank = static_cast<int64_t>(in.size());
+  const std::optional<std::vector<int64_t>> given = axes_operand(ctx);
+  std::vector<bool> drop(in.size(), false);
+  if (!given || given->empty()) {
+    for (std::size_t i = 0; i < in.size(); ++i) drop[i] = in[i] == 1;
+  } else {
+    for (int64_t a : unique_axes(ctx, *given, rank, "axes")) {
+      if (in[static_cast<std::size_t>(a)] != 1) {
+        ctx.fail(ErrorCode::kShapeMismatch,
+                 fmt::format("cannot squeeze axis {} of input {}: its size is {}, expected 1", a,
+                             dims(in), in[static_cast<std::size_t>(a)]));
+      }
+      drop[static_cast<std::size_t>(a)] = true;
+    }
+  }
+  std::vector<int64_t> out;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (!drop[i]) out.push_back(in[i]);
+  }
+  ctx.set_output(0, ctx.dtype(0), std::move(out));
+}
+
+void infer_unsqueeze(InferContext& ctx) {
+  ctx.expect_inputs(ctx.graph().opset >= 13 ? 2 : 1, axes_input_limit(ctx));
+  const std::vector<int64_t> in = ctx.shape(0);
+  const std::optional<std::vector<int64_t>> given = axes_operand(ctx);
+  if (!given) ctx.fail(ErrorCode::kInvalidModel, "axes are missing");
+  // Axes count in the output's rank.
+  const auto rank = static_cast<int64_t>(in.size() + given->size());
+  std::vector<bool> inserted(static_cast<std::size_t>(rank), false);
+  for (int64_t a : unique_axes(ctx, *given, rank, "axes"))
+    inserted[static_cast<std::size_t>(a)] = true;
+  std::vector<int64_t> out;
+  out.reserve(inserted.size());
+  auto next = in.begin();
+  for (bool one : inserted) out.push_back(one ? 1 : *next++);
+  ctx.set_output(0, ctx.dtype(0), std::move(out));
+}
+
+void infer_concat(InferContext& ctx) {
+  ctx.expect_inputs(1, std::numeric_limits<std::size_t>::max());
+  if (!ctx.node().has_attr("axis"))
+    ctx.fail(ErrorCode::kInvalidModel, "attribute 'axis' is missing");
+  std::vector<int64_t> out = ctx.shape(0);
+  const auto rank = static_cast<int64_t>(out.size());
+  if (rank == 0) ctx.fail(ErrorCode::kShapeMismatch, "cannot concatenate scalars");
+  const auto axis =
+      static_cast<std::size_t>(normalize_axis(ctx, ctx.node().attr_int("axis", 0), rank));
+  out[axis] = 0;
+  for (std::size_t i = 0; i < ctx.input_count(); ++i) {
+    const std::vector<int64_t> in = ctx.shape(i);
+    if (ctx.dtype(i) != ctx.dtype(0)) {
+      ctx.fail(ErrorCode::kDtypeMismatch,
+               fmt::format("input {} has dtype {}, expected {} like input 0", i,
+                           to_string(ctx.dtype(i)), to_string(ctx.dtype(0))));
+    }
+    bool compatible = in.size() == out.size();
+    for (std::size_t a = 0; compatible && a < in.size(); ++a) {
+      compatible = a == axis || in[a] == out[a];
+    }
+    if (!compatible) {
+      ctx.fail(ErrorCode::kShapeMismatch,
+               fmt::format("input {} has shape {}, expected {} except along axis {}", i, dims(in),
+                           dims(ctx.shape(0)), axis));
+    }
+    out[axis] = checked_add(ctx, out[axis], in[axis]);
+  }
+  set_sized_output(ctx, 0, ctx.dtype(0), std::move(out));
+}
+
+void infer_split(InferContext& ctx) {
+  const int64_t opset = ctx.graph().opset;
+  ctx.expect_inputs(1, opset >= 13 ? 2 : 1);
+  const std::vector<int64_t> in = ctx.shape(0);
+  const auto rank = static_cast<int64_t>(in.size());
+  if (rank == 0) ctx.fail(ErrorCode::kShapeMismatch, "cannot split a scalar");
+  const auto axis =
+      static_cast<std::size_t>(normalize_axis(ctx, ctx.node().attr_int("axis", 0), rank));
+  const int64_t dim = in[axis];
+  const auto parts = static_cast<int64_t>(ctx.node().outputs.size());
+  if (parts == 0) ctx.fail(ErrorCode::kInvalidModel, "Split has no outputs");
+  std::vector<int64_t> sizes;
+  if (opset >= 13 && ctx.has_input(1)) {
+    sizes = constant_ints(ctx, 1, "split");
+  } else if (opset < 13 && ctx.node().has_attr("split")) {
+    sizes = ctx.node().attr_ints("split");
+  } else if (opset >= 18 && ctx.node().has_attr("num_outputs")) {
+    // Opset 18: chunks of ceil(dim / n), the last one smaller.
+    const int64_t chunk = (dim + parts - 1) / parts;
+    for (int64_t k = 0; k < parts; ++k)
+      sizes.push_back(std::clamp(dim - k * chunk, int64_t{0}, chunk));
+  } else {
+    if (dim % parts != 0) {
+      ctx.fail(ErrorCode::kShapeMismatch,
+               fmt::format("axis {} of input {} (size {}) does not split into {} equal parts", axis,
+                           dims(in), dim, parts));
+    }
+    sizes.assign(static_cast<std::size_t>(parts), dim / parts);
+  }
+  if (static_cast<int64_t>(sizes.size()) != parts) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("split {} has {} sizes for {} outputs", dims(sizes), sizes.size(), parts));
+  }
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0)
+      ctx.fail(ErrorCode::kInvalidModel, fmt::format("split {} has a negative size", dims(sizes)));
+    total = checked_add(ctx, total, s);
+  }
+  if (total != dim) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("split {} sums to {}, but axis {} of input {} has size {}", dims(sizes),
+                         total, axis, dims(in), dim));
+  }
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<int64_t> out = in;
+    out[axis] = sizes[k];
+    ctx.set_output(k, ctx.dtype(0), std::move(out));
+  }
+}
+
+void infer_gather(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  ctx.expect_dtype(1, {DType::kInt32, DType::kInt64});
+  const std::vector<int64_t> data = ctx.shape(0);
+  const std::vector<int64_t> indices = ctx.shape(1);
+  const auto rank = static_cast<int64_t>(data.size());
+  if (rank == 0) ctx.fail(ErrorCode::kShapeMismatch, "cannot gather from a scalar");
+  const auto axis =
+      static_cast<std::size_t>(normalize_axis(ctx, ctx.node().attr_int("axis", 0), rank));
+  if (const Tensor* constant = ctx.constant(1)) {
+    resolve_indices(ctx, *constant, data[axis], ErrorCode::kInvalidModel);
+  }
+  std::vector<int64_t> out(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(axis));
+  out.insert(out.end(), indices.begin(), indices.end());
+  out.insert(out.end(), data.begin() + static_cast<std::ptrdiff_t>(axis) + 1, data.end());
+  set_sized_output(ctx, 0, ctx.dtype(0), std::move(out));
+}
+
+void infer_gather_elements(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  ctx.expect_dtype(1, {DType::kInt32, DType::kInt64});
+  const std::vector<int64_t> data = ctx.shape(0);
+  const std::vector<int64_t> indices = ctx.shape(1);
+  const auto rank = static_cast<int64_t>(data.size());
+  if (rank == 0) ctx.fail(ErrorCode::kShapeMismatch, "cannot gather from a scalar");
+  const auto axis =
+      static_cast<std::size_t>(normalize_axis(ctx, ctx.node().attr_int("axis", 0), rank));
+  bool fits = indices.size() == data.size();
+  for (std::size_t a = 0; fits && a < data.size(); ++a) fits = a == axis || indices[a] <= data[a];
+  if (!fits) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("indices of shape {} must have the rank of data {} and be no larger "
+                         "on every axis but {}",
+                         dims(indices), dims(data), axis));
+  }
+  if (const Tensor* constant = ctx.constant(1)) {
+    resolve_indices(ctx, *constant, data[axis], ErrorCode::kInvalidModel);
+  }
+  ctx.set_output(0, ctx.dtype(0), indices);
+}
+
+void infer_slice(InferContext& ctx) {
+  ctx.expect_inputs(3, 5);
+  const std::vector<int64_t> in = ctx.shape(0);
+  const auto optional_constant = [&](std::size_t i, const char* what) -> const Tensor* {
+    return ctx.has_input(i) ? &ctx.required_constant(i, what) : nullptr;
+  };
+  const std::vector<SliceAxis> axes =
+      resolve_slice(ctx, in, ctx.required_constant(1, "starts"), ctx.required_constant(2, "ends"),
+                    optional_constant(3, "axes"), optional_constant(4, "steps"));
+  std::vector<int64_t> out;
+  out.reserve(axes.size());
+  for (const SliceAxis& a : axes) out.push_back(a.count);
+  ctx.set_output(0, ctx.dtype(0), std::move(out));
+}
+
+void infer_expand(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  const std::vector<int64_t> shape = constant_ints(ctx, 1, "shape");
+  for (int64_t d : shape) {
+    if (d < 0)
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("shape {} has a negative dimension", dims(shape)));
+  }
+  set_sized_output(ctx, 0, ctx.dtype(0), broadcast_shapes(ctx, ctx.shape(0), shape));
+}
+
+void infer_tile(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  const std::vector<int64_t> in = ctx.shape(0);
+  const std::vector<int64_t> repeats = constant_ints(ctx, 1, "repeats");
+  if (repeats.size() != in.size()) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("repeats {} must have one value per axis of input {}", dims(repeats),
+                         dims(in)));
+  }
+  std::vector<int64_t> out(in.size());
+  for (std::size_t a = 0; a < in.size(); ++a) {
+    if (repeats[a] < 0)
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("repeats {} has a negative value", dims(repeats)));
+    out[a] = checked_mul(ctx, in[a], repeats[a]);
+  }
+  set_sized_output(ctx, 0, ctx.dtype(0), std::move(out));
+}
+
+void infer_pad(InferContext& ctx) {
+  const bool inputs = ctx.graph().opset >= 11;
+  ctx.expect_inputs(inputs ? 2 : 1, inputs ? 4 : 1);
+  const std::vector<int64_t> in = ctx.shape(0);
+  const auto rank = static_cast<int64_t>(in.size());
+  const std::string mode = ctx.node().attr_string("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") {
+    ctx.fail(ErrorCode::kUnsupported,
+             fmt::format("mode '{}' is not supported (constant, reflect, edge, wrap)", mode));
+  }
+  const std::vector<int64_t> pads =
+      resolve_pads(ctx, rank, inputs ? &ctx.required_constant(1, "pads") : nullptr,
+                   ctx.has_input(3) ? &ctx.required_constant(3, "axes") : nullptr);
+  if (ctx.has_input(2)) {
+    std::vector<int64_t> value_shape = ctx.shape(2);
+    if (ctx.dtype(2) != ctx.dtype(0) || checked_numel(value_shape) != 1) {
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("constant_value must be one {} element, got {} of shape {}",
+                           to_string(ctx.dtype(0)), to_string(ctx.dtype(2)), dims(value_shape)));
+    }
+  }
+  std::vector<int64_t> out(in.size());
+  for (std::size_t a = 0; a < in.size(); ++a) {
+    out[a] = checked_add(ctx, checked_add(ctx, in[a], pads[a]), pads[a + in.size()]);
+    if (out[a] < 0) {
+      ctx.fail(ErrorCode::kShapeMismatch,
+               fmt::format("pads {} crop axis {} of input {} below zero", dims(pads), a, dims(in)));
+    }
+    if (mode != "constant" && in[a] == 0 && out[a] > 0) {
+      ctx.fail(
+          ErrorCode::kShapeMismatch,
+          fmt::format("mode '{}' cannot pad the empty axis {} of input {}", mode, a, dims(in)));
+    }
+  }
+  set_sized_output(ctx, 0, ctx.dtype(0), std::move(out));
+}
+
+void infer_shape(InferContext& ctx) {
+  ctx.expect_inputs(1, 1);
+  const auto [start, end] = resolve_shape_range(ctx, static_cast<int64_t>(ctx.shape(0).size()));
+  ctx.set_output(0, DType::kInt64, {std::max<int64_t>(end - start, 0)});
+}
+
+void infer_size(InferContext& ctx) {
+  ctx.expect_inputs(1, 1);
+  ctx.shape(0);  // must be known
+  ctx.set_output(0, DType::kInt64, {});
+}
+
+void infer_constant(InferContext& ctx) {
+  ctx.expect_inputs(0, 0);
+  const Tensor value = constant_value(ctx);
+  ctx.set_output(0, value.dtype(), value.shape());
+}
+
+void infer_constant_of_shape(InferContext& ctx) {
+  ctx.expect_inputs(1, 1);
+  const std::vector<int64_t> shape = constant_ints(ctx, 0, "shape");
+  DType dtype = DType::kFloat32;
+  if (const Tensor* value = ctx.node().attr_tensor("value")) {
+    if (value->numel() != 1) {
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("attribute 'value' must hold one element, got shape {}",
+                           dims(value->shape())));
+    }
+    dtype = value->dtype();
+  }
+  set_sized_output(ctx, 0, dtype, shape);
+}
+
+void infer_range(InferContext& ctx) {
+  ctx.expect_inputs(3, 3);
+  const DType dtype = ctx.dtype(0);
+  ctx.expect_dtype(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  for (std::size_t i = 1; i < 3; ++i) {
+    if (ctx.dtype(i) != dtype) {
+      ctx.fail(ErrorCode::kDtypeMismatch,
+               fmt::format("input {} has dtype {}, expected {} like start", i,
+                           to_string(ctx.dtype(i)), to_string(dtype)));
+    }
+  }
+  const Tensor* operands[3];
+  const char* names[3] = {"start", "limit", "delta"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    operands[i] = &ctx.required_constant(i, names[i]);
+    if (operands[i]->numel() != 1) {
+      ctx.fail(ErrorCode::kShapeMismatch, fmt::format("{} must be a scalar, got shape {}", names[i],
+                                                      dims(operands[i]->shape())));
+    }
+  }
+  const int64_t count = visit_dtype(dtype, [&](auto zero) -> int64_t {
+    using T = decltype(zero);
+    const auto scalar = [&](int i) { return *static_cast<const T*>(operands[i]->raw_data()); };
+    const T start = scalar(0), limit = scalar(1), delta = scalar(2);
+    if (delta == T(0)) ctx.fail(ErrorCode::kInvalidModel, "delta must not be zero");
+    if constexpr (std::is_integral_v<T>) {
+      // ceil((limit - start) / delta) without overflow: the signs are known, so magnitudes fit
+      // in uint64.
+      if ((delta > 0) ? limit <= start : limit >= start) return 0;
+      const auto magnitude = [](T a, T b) {  // |a - b| for a > b
+        return static_cast<uint64_t>(a) - static_cast<uint64_t>(b);
+      };
+      const uint64_t span = delta > 0 ? magnitude(limit, start) : magnitude(start, limit);
+      const uint64_t step = delta > 0
+                                ? static_cast<uint64_t>(delta)
+                                : uint64_t{0} - static_cast<uint64_t>(static_cast<int64_t>(delta));
+      const uint64_t n = span / step + (span % step != 0 ? 1 : 0);
+      if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        ctx.fail(ErrorCode::kShapeMismatch,
+                 fmt::format("range({}, {}, {}) has too many elements", start, limit, delta));
+      }
+      return static_cast<int64_t>(n);
+    } else {
+      const double n = std::ceil((static_cast<double>(limit) - static_cast<double>(start)) /
+                                 static_cast<double>(delta));
+      if (!(n < 9.0e18)) {  // NaN, infinity, or beyond int64
+        ctx.fail(ErrorCode::kShapeMismatch,
+                 fmt::format("range({}, {}, {}) has too many elements", start, limit, delta));
+      }
+      return n > 0 ? static_cast<int64_t>(n) : 0;
+    }
+  });
+  set_sized_output(ctx, 0, dtype, {count});
+}
+
+// DepthToSpace and SpaceToDepth: rank-4 NCHW, blocksize > 0.
+int64_t block_size(const InferContext& ctx, const std::vector<int64_t>& in) {
+  if (in.size() != 4)
+    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("input must be NCHW, got shape {}", dims(in)));
+  const int64_t b = ctx.node().attr_int("blocksize", 0);
+  if (b <= 0 || b > (int64_t{1} << 31)) {
+    ctx.fail(ErrorCode::kInvalidModel, fmt::format("blocksize must be positive, got {}", b));
+  }
+  return b;
+}
+
+void infer_depth_to_space(InferContext& ctx) {
+  ctx.expect_inputs(1, 1);
+  const std::vector<int64_t> in = ctx.shape(0);
+  const int64_t b = block_size(ctx, in);
+  const std::string mode = ctx.node().attr_string("mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") {
+    ctx.fail(ErrorCode::kInvalidModel, fmt::format("mode '{}' must be DCR or CRD", mode));
+  }
+  if (in[1] % (b * b) != 0) {
+    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("channels of input {} are not a multiple of "
+                                                    "blocksize^2 = {}",
+                                                    dims(in), b * b));
+  }
+  set_sized_output(
+      ctx, 0, ctx.dtype(0),
+      {in[0], in[1] / (b * b), checked_mul(ctx, in[2], b), checked_mul(ctx, in[3], b)});
+}
+
+void infer_space_to_depth(InferContext& ctx) {
+  ctx.expect_inputs(1, 1);
+  const std::vector<int64_t> in = ctx.shape(0);
+  const int64_t b = block_size(ctx, in);
+  if (in[2] % b != 0 || in[3] % b != 0) {
+    ctx.fail(
+        ErrorCode::kShapeMismatch,
+        fmt::format("height and width of input {} are not multiples of blocksize {}", dims(in), b));
+  }
+  set_sized_output(ctx, 0, ctx.dtype(0),
+                   {in[0], checked_mul(ctx, in[1], b * b), in[2] / b, in[3] / b});
+}
+
+void infer_cumsum(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  ctx.expect_dtype(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  ctx.expect_dtype(1, {DType::kInt32, DType::kInt64});
+  const std::vector<int64_t> in = ctx.shape(0);
+  if (const Tensor* axis = ctx.constant(1)) {
+    const std::vector<int64_t> value = int_values(ctx, *axis, "axis");
+    if (value.size() != 1) ctx.fail(ErrorCode::kShapeMismatch, "axis must hold one value");
+    unique_axes(ctx, value, static_cast<int64_t>(in.size()), "axis");
+  }
+  ctx.set_output(0, ctx.dtype(0), in);
+}
+
+void infer_eye_like(InferContext& ctx) {
+  ctx.expect_inputs(1, 1);
+  ctx.expect_rank(0, 2);
+  const DType dtype = ctx.node().has_attr("dtype")
+                          ? dtype_from_onnx_code(ctx, ctx.node().attr_int("dtype", 1))
+                          : ctx.dtype(0);
+  ctx.set_output(0, dtype, ctx.shape(0));
+}
+
+void infer_one_hot(InferContext& ctx) {
+  ctx.expect_inputs(3, 3);
+  const std::vector<int64_t> indices = ctx.shape(0);
+  const std::vector<int64_t> values = ctx.shape(2);
+  if (values.size() != 1 || values[0] != 2) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("values must be [off, on] of shape [2], got shape {}", dims(values)));
+  }
+  const double depth = scalar_value(ctx, 1, "depth");
+  if (!(depth >= 0 && depth < 9.0e18)) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("depth must be a non-negative count, got {}", depth));
+  }
+  const auto rank = static_cast<int64_t>(indices.size()) + 1;
+  int64_t axis = ctx.node().attr_int("axis", -1);
+  if (axis < -rank || axis >= rank) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("axis {} is out of range [{}, {}] for output rank {}", axis, -rank,
+                         rank - 1, rank));
+  }
+  if (axis < 0) axis += rank;
+  std::vector<int64_t> out = indices;
+  out.insert(out.begin() + axis, static_cast<int64_t>(depth));
+  set_sized_output(ctx, 0, ctx.dtype(2), std::move(out));
+}
+
+void infer_trilu(InferContext& ctx) {
+  ctx.expect_inputs(1, 2);
+  const std::vector<int64_t> in = ctx.shape(0);
+  if (in.size() < 2) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("input must have rank >= 2, got shape {}", dims(in)));
+  }
+  if (ctx.has_input(1)) {
+    ctx.expect_dtype(1, {DType::kInt64});
+    if (const Tensor* k = ctx.constant(1); k != nullptr && k->numel() != 1) {
+      ctx.fail(ErrorCode::kShapeMismatch,
+               fmt::format("k must be a scalar, got shape {}", dims(k->shape())));
+    }
+  }
+  ctx.set_output(0, ctx.dtype(0), in);
+}
+
+constexpr OpDef kTensorOps[] = {
+    {"Concat", infer_concat},
+    {"Constant", infer_constant},
+    {"ConstantOfShape", infer_constant_of_shape},
+    {"CumSum", infer_cumsum},
+    {"DepthToSpace", infer_depth_to_space},
+    {"Expand", infer_expand},
+    {"EyeLike", infer_eye_like},
+    {"Flatten", infer_flatten},
+    {"Gather", infer_gather},
+    {"GatherElements", infer_gather_elements},
+    {"OneHot", infer_one_hot},
+    {"Pad", infer_pad},
+    {"Range", infer_range},
+    {"Reshape", infer_reshape},
+    {"Shape", infer_shape},
+    {"Size", infer_size},
+    {"Slice", infer_slice},
+    {"SpaceToDepth", infer_space_to_depth},
+    {"Split", infer_split},
+    {"Squeeze", infer_squeeze},
+    {"Tile", infer_tile},
+    {"Transpose", infer_transpose},
+    {"Trilu", infer_trilu},
+    {"Unsqueeze", infer_unsqueeze},
+};
+
+}  // namespace
+
+std::span<const OpDef> tensor_op_defs() { return kTensorOps; }
+
+// ---- parameters shared with the reference ops (ops_tensor.h) ----
+
+std::vector<int64_t> int_values(const InferContext& ctx, const Tensor& tensor, const char* what) {
+  if (tensor.rank() > 1) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("{} must be a 1-D tensor, got shape {}", what, dims(tensor.shape())));
+  }
+  return all_ints(ctx, tensor, what);
+}
+
+std::vector<int64_t> resolve_perm(const InferContext& ctx, int64_t rank) {
+  std::vector<int64_t> reversed(static_cast<std::size_t>(rank));
+  std::iota(reversed.rbegin(), reversed.rend(), int64_t{0});
+  std::vector<int64_t> perm = ctx.node().attr_ints("perm", reversed);
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> identity(static_cast<std::size_t>(rank));
+  std::iota(identity.begin(), identity.end(), int64_t{0});
+  if (sorted != identity) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("perm {} is not a permutation of 0..{} for an input of rank {}",
+                         dims(perm), rank - 1, rank));
+  }
+  return perm;
+}
+
+std::vector<int64_t> resolve_indices(const InferContext& ctx, const Tensor& indices, int64_t dim,
+                                     ErrorCode code) {
+  std::vector<int64_t> values = all_ints(ctx, indices, "indices");
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    int64_t& index = values[k];
+    if (index < -dim || index >= dim) {
+      ctx.fail(code, fmt::format("index {} (element {} of indices) is out of range [{}, {}] for an "
+                                 "axis of size {}",
+                                 index, k, -dim, dim - 1, dim));
+    }
+    if (index < 0) index += dim;
+  }
+  return values;
+}
+
+std::vector<SliceAxis> resolve_slice(const InferContext& ctx,
+                                     const std::vector<int64_t>& data_shape, const Tensor& starts,
+                                     const Tensor& ends, const Tensor* axes, const Tensor* steps) {
+  const std::vector<int64_t> first = int_values(ctx, starts, "starts");
+  const std::vector<int64_t> last = int_values(ctx, ends, "ends");
+  const std::size_t n = first.size();
+  std::vector<int64_t> axis_list(n);
+  std::iota(axis_list.begin(), axis_list.end(), int64_t{0});
+  if (axes != nullptr) axis_list = int_values(ctx, *axes, "axes");
+  const std::vector<int64_t> step_list =
+      steps != nullptr ? int_values(ctx, *steps, "steps") : std::vector<int64_t>(n, 1);
+  if (last.size() != n || axis_list.size() != n || step_list.size() != n) {
+    ctx.fail(
+        ErrorCode::kInvalidModel,
+        fmt::format("starts, ends, axes and steps must have the same length, got {}, {}, {}, {}", n,
+                    last.size(), axis_list.size(), step_list.size()));
+  }
+  const auto rank = static_cast<int64_t>(data_shape.size());
+  axis_list = unique_axes(ctx, axis_list, rank, "axes");
+  std::vector<SliceAxis> result;
+  result.reserve(data_shape.size());
+  for (int64_t dim : data_shape) result.push_back(SliceAxis{0, 1, dim});
+  for (std::size_t k = 0; k < n; ++k) {
+    const int64_t dim = data_shape[static_cast<std::size_t>(axis_list[k])];
+    const int64_t step = step_list[k];
+    if (step == 0)
+      ctx.fail(ErrorCode::kInvalidModel, fmt::format("steps {} contain a zero", dims(step_list)));
+    // Negative positions count from the end (no overflow: the value is negative, dim >= 0).
+    int64_t start = first[k] < 0 ? first[k] + dim : first[k];
+    int64_t end = last[k] < 0 ? last[k] + dim : last[k];
+    int64_t count = 0;
+    if (dim == 0) {
+      start = 0;
+    } else if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+      count = end > start ? 1 + (end - start - 1) / step : 0;
+    } else {
+      start = std::clamp<int64_t>(start, 0, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+      const int64_t magnitude =
+          step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step;
+      count = start > end ? 1 + (start - end - 1) / magnitude : 0;
+    }
+    result[static_cast<std::size_t>(axis_list[k])] =
+        SliceAxis{count > 0 ? start : 0, count > 1 ? step : 1, count};
+  }
+  return result;
+}
+
+std::vector<int64_t> resolve_pads(const InferContext& ctx, int64_t rank, const Tensor* pads,
+                                  const Tensor* axes) {
+  std::vector<int64_t> given;
+  if (ctx.graph().opset < 11) {
+    if (!ctx.node().has_attr("pads"))
+      ctx.fail(ErrorCode::kInvalidModel, "attribute 'pads' is missing");
+    given = ctx.node().attr_ints("pads");
+  } else {
+    if (pads == nullptr) ctx.fail(ErrorCode::kInvalidModel, "input 'pads' is missing");
+    given = int_values(ctx, *pads, "pads");
+  }
+  std::vector<int64_t> axis_list(static_cast<std::size_t>(rank));
+  std::iota(axis_list.begin(), axis_list.end(), int64_t{0});
+  if (axes != nullptr) axis_list = unique_axes(ctx, int_values(ctx, *axes, "axes"), rank, "axes");
+  const std::size_t n = axis_list.size();
+  if (given.size() != 2 * n) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("pads {} has {} values, expected 2 per padded axis = {}", dims(given),
+                         given.size(), 2 * n));
+  }
+  std::vector<int64_t> result(2 * static_cast<std::size_t>(rank), 0);
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto axis = static_cast<std::size_t>(axis_list[k]);
+    result[axis] = given[k];
+    result[axis + static_cast<std::size_t>(rank)] = given[n + k];
+  }
+  return result;
+}
+
+std::pair<int64_t, int64_t> resolve_shape_range(const InferContext& ctx, int64_t rank) {
+  const auto clamp_position = [rank](int64_t p) {
+    return std::clamp<int64_t>(p < 0 ? p + rank : p, 0, rank);
+  };
+  return {clamp_position(ctx.node().attr_int("start", 0)),
+          clamp_position(ctx.node().attr_int("end", rank))};
+}
+
+Tensor constant_value(const InferContext& ctx) {
+  const Node& node = ctx.node();
+  if (node.has_attr("sparse_value")) {
+    ctx.fail(ErrorCode::kUnsupported, "sparse_value constants are not supported");
+  }
+  if (node.has_attr("value_string") || node.has_attr("value_strings")) {
+    ctx.fail(ErrorCode::kUnsupported, "string constants are not supported");
+  }
+  const char* const kKinds[] = {"value", "value_float", "value_floats", "value_int", "value_ints"};
+  const auto given = std::count_if(std::begin(kKinds), std::end(kKinds),
+                                   [&](const char* k) { return node.has_attr(k); });
+  if (given != 1) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("expected exactly one of the attributes {}, got {}",
+                         fmt::join(kKinds, ", "), given));
+  }
+  if (const Tensor* value = node.attr_tensor("value")) return *value;
+  const auto make = [](const auto& values, const std::vector<int64_t>& shape) {
+    using T = typename std::decay_t<decltype(values)>::value_type;
+    Tensor t = Tensor::zeros(DTypeOf<T>::kValue, shape);
+    std::copy(values.begin(), values.end(), t.data<T>());
+    return t;
+  };
+  if (node.has_attr("value_float"))
+    return make(std::vector<float>{node.attr_float("value_float", 0)}, {});
+  if (node.has_attr("value_int"))
+    return make(std::vector<int64_t>{node.attr_int("value_int", 0)}, {});
+  if (node.has_attr("value_floats")) {
+    const std::vector<float> v = node.attr_floats("value_floats");
+    return make(v, {static_cast<int64_t>(v.size())});
+  }
+  const std::vector<int64_t> v = node.attr_ints("value_ints");
+  return make(v, {static_cast<int64_t>(v.size())});
+}
+
+}  // namespace sparsecol::graph

@@ -1,0 +1,76 @@
+// Parameters of the tensor (data movement) ops that both shape inference (ops_tensor.cc) and
+// the reference ops (runtime/reference/ops_tensor.cc) derive from a node and its inputs.
+// One implementation for both, so the shape that is allocated and the bytes that are moved
+// cannot disagree. Every function validates what it reads and fails naming node and op.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "graph/ops.h"
+
+namespace sparsecol::graph {
+
+// The contents of an int32 or int64 tensor of rank 0 or 1, as int64.
+std::vector<int64_t> int_values(const InferContext& ctx, const Tensor& tensor, const char* what);
+
+// Transpose's perm (default: the axes reversed), checked to be a permutation of 0..rank-1.
+std::vector<int64_t> resolve_perm(const InferContext& ctx, int64_t rank);
+
+// Gather-style indices (int32 or int64, any rank) checked against an axis of `dim` elements
+// and made non-negative (ONNX allows [-dim, dim)). Fails with `code` naming the first bad one:
+// kInvalidModel for indices stored in the model, kInvalidArgument for indices computed from
+// the caller's inputs (token ids beyond a vocabulary, say).
+std::vector<int64_t> resolve_indices(const InferContext& ctx, const Tensor& indices, int64_t dim,
+                                     ErrorCode code);
+
+// One axis of a Slice: the first element read, the step, and how many elements are read.
+// When count <= 1 the step is 1, so that start + step * (count - 1) never overflows.
+struct SliceAxis {
+  int64_t start = 0;
+  int64_t step = 1;
+  int64_t count = 0;
+};
+// ONNX Slice (opset 10+) over every axis of data_shape: negative starts/ends count from the
+// end, then are clamped to the axis ([0, dim] for positive steps, [-1, dim - 1] for negative).
+std::vector<SliceAxis> resolve_slice(const InferContext& ctx,
+                                     const std::vector<int64_t>& data_shape, const Tensor& starts,
+                                     const Tensor& ends, const Tensor* axes, const Tensor* steps);
+
+// ONNX Pad's pads for every axis of a tensor of `rank`: [begin_0 .. begin_{r-1}, end_0 ..
+// end_{r-1}], from the `pads` attribute before opset 11 and from the inputs after (`axes`,
+// opset 18, may be null). Negative pads crop.
+std::vector<int64_t> resolve_pads(const InferContext& ctx, int64_t rank, const Tensor* pads,
+                                  const Tensor* axes);
+
+// ONNX Shape's [start, end) (opset 15 attributes; the whole shape before), clamped to rank.
+std::pair<int64_t, int64_t> resolve_shape_range(const InferContext& ctx, int64_t rank);
+
+// The tensor a Constant node holds: its `value` attribute, or one built from value_float(s) /
+// value_int(s). Sparse and string constants are kUnsupported.
+Tensor constant_value(const InferContext& ctx);
+
+// Calls visit(T{}) with the C++ type of dtype (bool for kBool).
+template <typename Visit>
+decltype(auto) visit_dtype(DType dtype, Visit&& visit) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return visit(double{});
+    case DType::kInt64:
+      return visit(int64_t{});
+    case DType::kInt32:
+      return visit(int32_t{});
+    case DType::kInt8:
+      return visit(int8_t{});
+    case DType::kUInt8:
+      return visit(uint8_t{});
+    case DType::kBool:
+      return visit(bool{});
+    case DType::kFloat32:
+      break;
+  }
+  return visit(float{});
+}
+
+}  // namespace sparsecol::graph

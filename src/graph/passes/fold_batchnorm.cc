@@ -1,0 +1,98 @@
+// BatchNormalization (inference) after a Conv folds into the Conv's weights and bias:
+//   y = gamma * (conv(x) + b - mean) / sqrt(var + eps) + beta
+//     = conv_{W * s}(x) + (b - mean) * s + beta,   with s = gamma / sqrt(var + eps) per channel.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "graph/passes.h"
+
+namespace sparsecol::graph {
+
+namespace {
+
+const Tensor* constant_f32(const Graph& graph, int id) {
+  if (id < 0) return nullptr;
+  const Value& v = graph.values[static_cast<std::size_t>(id)];
+  return v.constant && v.constant->dtype() == DType::kFloat32 ? &*v.constant : nullptr;
+}
+
+bool is_graph_output(const Graph& graph, int id) {
+  for (int v : graph.outputs) {
+    if (v == id) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void fold_batchnorm(Graph& graph) {
+  const std::vector<std::vector<int>> readers = graph.consumers();
+  std::vector<bool> removed(graph.nodes.size(), false);
+  for (std::size_t b = 0; b < graph.nodes.size(); ++b) {
+    Node& bn = graph.nodes[b];
+    if (bn.op_type != "BatchNormalization" || bn.outputs.size() != 1 ||
+        bn.attr_int("training_mode", 0) != 0) {
+      continue;
+    }
+    const int conv_out = bn.input(0);
+    const Value& conv_value = graph.values[static_cast<std::size_t>(conv_out)];
+    if (conv_value.producer < 0) continue;
+    Node& conv = graph.nodes[static_cast<std::size_t>(conv_value.producer)];
+    if (conv.op_type != "Conv" || !conv.epilogue.empty() ||
+        readers[static_cast<std::size_t>(conv_out)].size() != 1 ||
+        is_graph_output(graph, conv_out)) {
+      continue;
+    }
+    const Tensor* weight = constant_f32(graph, conv.input(1));
+    const Tensor* bias = conv.input(2) >= 0 ? constant_f32(graph, conv.input(2)) : nullptr;
+    const Tensor* gamma = constant_f32(graph, bn.input(1));
+    const Tensor* beta = constant_f32(graph, bn.input(2));
+    const Tensor* mean = constant_f32(graph, bn.input(3));
+    const Tensor* var = constant_f32(graph, bn.input(4));
+    if (!weight || (conv.input(2) >= 0 && !bias) || !gamma || !beta || !mean || !var) continue;
+    const int64_t channels = weight->rank() > 0 ? weight->dim(0) : 0;
+    if (channels == 0 || gamma->numel() != channels || beta->numel() != channels ||
+        mean->numel() != channels || var->numel() != channels ||
+        (bias && bias->numel() != channels)) {
+      fail(graph, bn, ErrorCode::kShapeMismatch,
+           fmt::format("BatchNormalization parameters do not match the {} output channels of "
+                       "the preceding Conv '{}'",
+                       channels, conv.name));
+    }
+    const float epsilon = bn.attr_float("epsilon", 1e-5f);
+    Tensor new_weight = weight->clone();
+    Tensor new_bias = Tensor::zeros(DType::kFloat32, {channels});
+    const int64_t per_channel = weight->numel() / channels;
+    float* w = new_weight.data<float>();
+    for (int64_t c = 0; c < channels; ++c) {
+      const double scale =
+          gamma->data<float>()[c] / std::sqrt(static_cast<double>(var->data<float>()[c]) + epsilon);
+      for (int64_t i = 0; i < per_channel; ++i) {
+        w[c * per_channel + i] = static_cast<float>(w[c * per_channel + i] * scale);
+      }
+      const double b0 = bias ? bias->data<float>()[c] : 0.0;
+      new_bias.data<float>()[c] =
+          static_cast<float>((b0 - mean->data<float>()[c]) * scale + beta->data<float>()[c]);
+    }
+    Value weight_value{conv.name + ".folded_weight",   DType::kFloat32, true,
+                       make_shape(new_weight.shape()), new_weight,      -1};
+    Value bias_value{conv.name + ".folded_bias", DType::kFloat32, true,
+                     make_shape({channels}),     new_bias,        -1};
+    const int weight_id = graph.add_value(std::move(weight_value));
+    const int bias_id = graph.add_value(std::move(bias_value));
+    conv.inputs.resize(3, -1);
+    conv.inputs[1] = weight_id;
+    conv.inputs[2] = bias_id;
+    conv.outputs[0] = bn.outputs[0];  // the Conv now writes what the BatchNormalization wrote
+    removed[b] = true;
+  }
+  std::vector<Node> kept;
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (!removed[n]) kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
+  graph.remove_dead();
+}
+
+}  // namespace sparsecol::graph

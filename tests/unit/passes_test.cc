@@ -1,0 +1,201 @@
+// The load-time passes change the graph's structure but never its results.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "graph/passes.h"
+#include "graph_builder.h"
+
+namespace sparsecol::testing {
+namespace {
+
+using graph::EpilogueOp;
+
+int count_ops(const graph::Graph& g, const std::string& op) {
+  int n = 0;
+  for (const graph::Node& node : g.nodes) n += node.op_type == op ? 1 : 0;
+  return n;
+}
+
+const graph::Node& only_node(const graph::Graph& g, const std::string& op) {
+  for (const graph::Node& node : g.nodes) {
+    if (node.op_type == op) return node;
+  }
+  throw std::runtime_error("no " + op);
+}
+
+std::vector<EpilogueOp::Kind> kinds(const graph::Node& node) {
+  std::vector<EpilogueOp::Kind> k;
+  for (const EpilogueOp& op : node.epilogue) k.push_back(op.kind);
+  return k;
+}
+
+// Runs a graph before and after optimize() and checks results agree.
+void expect_optimize_preserves_results(graph::Graph g, const NamedTensors& inputs,
+                                       float tolerance = 1e-5f) {
+  const NamedTensors before = run_reference(g, inputs);
+  graph::optimize(g, runtime::evaluate_node);
+  const NamedTensors after = run_reference(g, inputs);
+  ASSERT_EQ(before.size(), after.size());
+  for (const auto& [name, t] : before) {
+    EXPECT_LE(max_abs_diff(t, after.at(name)), tolerance) << name;
+  }
+}
+
+TEST(FoldBatchnorm, ConvThenBatchnormBecomesOneConvWithSameResults) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 3, 8, 8});
+  const int w = b.constant("w", random_tensor({4, 3, 3, 3}, 1));
+  const int bias = b.constant("b", random_tensor({4}, 2));
+  const int conv = b.node("Conv", {x, w, bias}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  const int bn =
+      b.node("BatchNormalization",
+             {conv, b.constant("gamma", random_tensor({4}, 3, 0.5f, 2.0f)),
+              b.constant("beta", random_tensor({4}, 4)), b.constant("mean", random_tensor({4}, 5)),
+              b.constant("var", random_tensor({4}, 6, 0.5f, 2.0f))},
+             {{"epsilon", 1e-3f}});
+  graph::Graph g = b.finish({bn});
+  graph::Graph folded = g;
+  graph::optimize(folded, runtime::evaluate_node);
+  EXPECT_EQ(count_ops(folded, "BatchNormalization"), 0);
+  EXPECT_EQ(count_ops(folded, "Conv"), 1);
+  expect_optimize_preserves_results(g, {{"x", random_tensor({2, 3, 8, 8}, 7)}});
+}
+
+TEST(FoldBatchnorm, LeavesBatchnormWhoseConvOutputHasAnotherReader) {
+  GraphBuilder b;
+  const int x = b.input("x", {1, 2, 4, 4});
+  const int conv = b.node("Conv", {x, b.constant("w", random_tensor({2, 2, 1, 1}, 1))});
+  const int bn =
+      b.node("BatchNormalization",
+             {conv, b.constant("g", random_tensor({2}, 3, 0.5f, 2.0f)),
+              b.constant("be", random_tensor({2}, 4)), b.constant("m", random_tensor({2}, 5)),
+              b.constant("v", random_tensor({2}, 6, 0.5f, 2.0f))});
+  graph::Graph g = b.finish({bn, conv});
+  graph::fold_batchnorm(g);
+  EXPECT_EQ(count_ops(g, "BatchNormalization"), 1);
+}
+
+TEST(FuseEpilogues, ConvResidualAddReluFuseIntoTheConv) {
+  GraphBuilder b;
+  const graph::Shape shape{{-1, "N"}, {4, {}}, {6, {}}, {6, {}}};
+  const int x = b.input("x", {-1, 4, 6, 6});
+  const int conv = b.node("Conv", {x, b.constant("w", random_tensor({4, 4, 3, 3}, 1))},
+                          {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, shape);
+  // The residual is computed after the conv in node order: the fused conv must move after it.
+  const int residual = b.node("Relu", {x}, {}, shape);
+  const int add = b.node("Add", {conv, residual}, {}, shape);
+  const int relu = b.node("Relu", {add}, {}, shape);
+  graph::Graph g = b.finish({relu});
+  graph::Graph fused = g;
+  graph::optimize(fused, runtime::evaluate_node);
+  ASSERT_EQ(fused.nodes.size(), 2u);
+  EXPECT_EQ(fused.nodes[1].op_type, "Conv");
+  EXPECT_EQ(kinds(fused.nodes[1]),
+            (std::vector<EpilogueOp::Kind>{EpilogueOp::Kind::kAdd, EpilogueOp::Kind::kRelu}));
+  expect_optimize_preserves_results(g, {{"x", random_tensor({2, 4, 6, 6}, 9)}});
+}
+
+TEST(FuseEpilogues, MatMulBiasGeluPatternFusesAndMatchesTheUnfusedGraph) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 5, 8});
+  const int mm = b.node("MatMul", {x, b.constant("w", random_tensor({8, 16}, 1))});
+  const int biased = b.node("Add", {b.constant("bias", random_tensor({16}, 2)), mm});
+  // PyTorch's nn.GELU() at opset 13.
+  const int div = b.node("Div", {biased, b.constant("sqrt2", scalar(std::sqrt(2.0f)))});
+  const int erf = b.node("Erf", {div});
+  const int plus1 = b.node("Add", {erf, b.constant("one", scalar(1.0f))});
+  const int mul = b.node("Mul", {biased, plus1});
+  const int half = b.node("Mul", {mul, b.constant("half", scalar(0.5f))});
+  graph::Graph g = b.finish({half});
+  graph::Graph fused = g;
+  graph::optimize(fused, runtime::evaluate_node);
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  EXPECT_EQ(kinds(only_node(fused, "MatMul")),
+            (std::vector<EpilogueOp::Kind>{EpilogueOp::Kind::kAdd, EpilogueOp::Kind::kGelu}));
+  expect_optimize_preserves_results(g, {{"x", random_tensor({3, 5, 8}, 3, -3.0f, 3.0f)}});
+}
+
+TEST(FuseEpilogues, ClipWithConstantBoundsFuses) {
+  GraphBuilder b;
+  const int x = b.input("x", {1, 2, 5, 5});
+  const int conv =
+      b.node("Conv", {x, b.constant("w", random_tensor({3, 2, 3, 3}, 4, -2.0f, 2.0f))});
+  const int clip =
+      b.node("Clip", {conv, b.constant("lo", scalar(0.0f)), b.constant("hi", scalar(0.5f))});
+  graph::Graph g = b.finish({clip});
+  graph::Graph fused = g;
+  graph::optimize(fused, runtime::evaluate_node);
+  ASSERT_EQ(fused.nodes.size(), 1u);
+  ASSERT_EQ(fused.nodes[0].epilogue.size(), 1u);
+  EXPECT_EQ(fused.nodes[0].epilogue[0].min, 0.0f);
+  EXPECT_EQ(fused.nodes[0].epilogue[0].max, 0.5f);
+  expect_optimize_preserves_results(g, {{"x", random_tensor({1, 2, 5, 5}, 5)}});
+}
+
+TEST(FuseEpilogues, AddWithUnknownShapesIsNotFused) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 8});
+  const int y = b.input("y", {-1, 16});
+  const int mm = b.node("MatMul", {x, b.constant("w", random_tensor({8, 16}, 1))});
+  const int add = b.node("Add", {mm, y});  // no recorded shapes: broadcasting unknown
+  graph::Graph g = b.finish({add});
+  graph::fuse_epilogues(g);
+  EXPECT_EQ(count_ops(g, "Add"), 1);
+}
+
+// PyTorch's x.view(x.shape[0], -1) with a symbolic batch: Shape -> Gather -> Unsqueeze ->
+// Concat -> Reshape, folded away once the batch is known.
+TEST(Specialize, FoldsShapeSubgraphOnceBatchIsKnown) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 2, 3});
+  const int shape = b.node("Shape", {x});
+  Tensor zero = Tensor::zeros(DType::kInt64, {});
+  const int batch = b.node("Gather", {shape, b.constant("zero", zero)}, {{"axis", int64_t{0}}});
+  Tensor axes = Tensor::zeros(DType::kInt64, {1});
+  const int unsq = b.node("Unsqueeze", {batch, b.constant("axes", axes)});
+  Tensor minus1 = Tensor::zeros(DType::kInt64, {1});
+  minus1.data<int64_t>()[0] = -1;
+  const int target = b.node("Concat", {unsq, b.constant("m1", minus1)}, {{"axis", int64_t{0}}});
+  const int reshaped = b.node("Reshape", {x, target});
+  graph::Graph g = b.finish({reshaped});
+  graph::optimize(g, runtime::evaluate_node);
+  EXPECT_EQ(count_ops(g, "Shape"), 1);  // still symbolic after load
+
+  const graph::Graph s = graph::specialize(g, {{"x", {4, 2, 3}}}, runtime::evaluate_node);
+  EXPECT_EQ(s.nodes.size(), 1u);
+  EXPECT_EQ(s.nodes[0].op_type, "Reshape");
+  const Tensor input = random_tensor({4, 2, 3}, 1);
+  const NamedTensors out = run_reference(g, {{"x", input}});
+  const Tensor& y = out.begin()->second;
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(max_abs_diff(y.reshaped({4, 2, 3}), input), 0.0f);
+}
+
+TEST(Specialize, RejectsShapeContradictingAFixedDimension) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 8});
+  graph::Graph g = b.finish({b.node("Relu", {x})});
+  try {
+    graph::specialize(g, {{"x", {2, 7}}}, runtime::evaluate_node);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kShapeMismatch);
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[N, 8]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RemoveDead, DropsNodesThatFeedNoOutput) {
+  GraphBuilder b;
+  const int x = b.input("x", {2});
+  const int used = b.node("Relu", {x});
+  b.node("Neg", {x});
+  graph::Graph g = b.finish({used});
+  g.remove_dead();
+  EXPECT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "Relu");
+}
+
+}  // namespace
+}  // namespace sparsecol::testing

@@ -1,0 +1,1035 @@
+// The tensor (data movement) ops end to end on one node: shape inference (graph/ops_tensor.cc),
+// then the reference op (runtime/reference/ops_tensor.cc) on the allocated outputs. Results are
+// checked element by element against index arithmetic written here, independently of the
+// kernels' strided walks, on seeded random shapes and on small hand-checked cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <random>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "graph/ops.h"
+#include "runtime/reference/reference_ops.h"
+
+namespace sparsecol {
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+
+// ---- building and running one node ----
+
+struct Operand {
+  std::optional<Tensor> tensor;  // nullopt: an omitted optional input
+  bool constant = true;          // whether shape inference sees the contents
+};
+Operand constant(Tensor t) { return {std::move(t), true}; }
+Operand runtime_input(Tensor t) { return {std::move(t), false}; }
+Operand omitted() { return {std::nullopt, false}; }
+
+struct OpSpec {
+  std::string op = {};
+  std::vector<Operand> inputs = {};
+  std::map<std::string, graph::AttrValue> attrs = {};
+  std::size_t outputs = 1;
+  int64_t opset = 13;
+};
+
+const graph::OpDef& op_def(const std::string& op) {
+  for (const graph::OpDef& def : graph::tensor_op_defs()) {
+    if (def.op_type == op) return def;
+  }
+  throw std::runtime_error("no OpDef for " + op);
+}
+
+const runtime::RefOp& ref_op(const std::string& op) {
+  for (const runtime::RefOp& ref : runtime::tensor_reference_ops()) {
+    if (ref.op_type == op) return ref;
+  }
+  throw std::runtime_error("no RefOp for " + op);
+}
+
+// What the executor does for one node: infer, allocate the outputs, run the reference op.
+std::vector<Tensor> evaluate(const graph::Graph& graph, const graph::Node& node,
+                             const std::vector<const Tensor*>& inputs) {
+  graph::InferContext ctx(graph, node);
+  op_def(node.op_type).infer(ctx);
+  std::vector<Tensor> outputs;
+  for (const graph::InferContext::Output& out : ctx.outputs()) {
+    if (!out.set) throw std::runtime_error("inference left an output unset");
+    outputs.push_back(Tensor::zeros(out.dtype, out.shape));
+  }
+  runtime::RefOpContext run{graph, node, inputs, {}};
+  for (Tensor& t : outputs) run.outputs.push_back(&t);
+  ref_op(node.op_type).run(run);
+  return outputs;
+}
+
+std::vector<Tensor> run(const OpSpec& spec) {
+  graph::Graph g;
+  g.source = "test.onnx";
+  g.opset = spec.opset;
+  graph::Node node{"n0", spec.op, "", {}, {}, spec.attrs, {}};
+  std::vector<const Tensor*> inputs;
+  for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
+    const Operand& in = spec.inputs[i];
+    if (!in.tensor) {
+      node.inputs.push_back(-1);
+      inputs.push_back(nullptr);
+      continue;
+    }
+    node.inputs.push_back(g.add_value({fmt::format("in{}", i), in.tensor->dtype(), true,
+                                       graph::make_shape(in.tensor->shape()),
+                                       in.constant ? in.tensor : std::nullopt, -1}));
+    inputs.push_back(&*in.tensor);
+  }
+  for (std::size_t i = 0; i < spec.outputs; ++i) {
+    graph::Value out;
+    out.name = fmt::format("out{}", i);
+    node.outputs.push_back(g.add_value(std::move(out)));
+  }
+  g.nodes.push_back(node);
+  return evaluate(g, g.nodes[0], inputs);
+}
+
+Tensor run1(const OpSpec& spec) { return run(spec).at(0); }
+
+// Expects spec to fail with `code` and a message naming the node, the op and each fragment.
+void expect_error(const OpSpec& spec, ErrorCode code, const std::vector<std::string>& fragments) {
+  try {
+    run(spec);
+    ADD_FAILURE() << spec.op << ": expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    const std::string message = e.what();
+    EXPECT_NE(message.find(fmt::format("node 'n0' ({})", spec.op)), std::string::npos) << message;
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos)
+          << "'" << fragment << "' not in: " << message;
+    }
+  }
+}
+
+// ---- tensors ----
+
+template <typename T>
+Tensor make(std::vector<int64_t> shape, const std::vector<T>& values) {
+  Tensor t = Tensor::zeros(DTypeOf<T>::kValue, std::move(shape));
+  EXPECT_EQ(static_cast<std::size_t>(t.numel()), values.size());
+  std::copy(values.begin(), values.end(), t.data<T>());
+  return t;
+}
+Tensor ints(const std::vector<int64_t>& values) {
+  return make<int64_t>({static_cast<int64_t>(values.size())}, values);
+}
+Tensor int_scalar(int64_t v) { return make<int64_t>({}, {v}); }
+Tensor floats(std::vector<int64_t> shape, const std::vector<float>& values) {
+  return make<float>(std::move(shape), values);
+}
+template <typename T>
+std::vector<T> values(const Tensor& t) {
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
+}
+
+// Random bytes (0/1 for bool), so that a misplaced element almost surely shows.
+Tensor random_tensor(DType dtype, std::vector<int64_t> shape, std::mt19937& rng) {
+  Tensor t = Tensor::zeros(dtype, std::move(shape));
+  auto* bytes = static_cast<unsigned char*>(t.raw_data());
+  for (std::size_t i = 0; i < t.nbytes(); ++i) {
+    bytes[i] = static_cast<unsigned char>(dtype == DType::kBool ? rng() % 2 : rng() % 256);
+  }
+  return t;
+}
+
+std::vector<int64_t> random_shape(std::mt19937& rng, int rank, int64_t lo, int64_t hi) {
+  std::uniform_int_distribution<int64_t> dim(lo, hi);
+  std::vector<int64_t> shape(static_cast<std::size_t>(rank));
+  for (int64_t& d : shape) d = dim(rng);
+  return shape;
+}
+
+int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+
+// ---- index arithmetic ----
+
+std::vector<int64_t> unravel(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    index[a] = flat % shape[a];
+    flat /= shape[a];
+  }
+  return index;
+}
+
+int64_t ravel(const std::vector<int64_t>& index, const std::vector<int64_t>& shape) {
+  int64_t flat = 0;
+  for (std::size_t a = 0; a < shape.size(); ++a) flat = flat * shape[a] + index[a];
+  return flat;
+}
+
+// Every element of `out` equals the element of `src` at the flat index that source(index of
+// the output element) names.
+template <typename Source>
+::testing::AssertionResult each_element_from(const Tensor& out, const Tensor& src,
+                                             Source&& source) {
+  if (out.dtype() != src.dtype()) return ::testing::AssertionFailure() << "dtypes differ";
+  const std::size_t size = dtype_size(out.dtype());
+  const auto* o = static_cast<const unsigned char*>(out.raw_data());
+  const auto* s = static_cast<const unsigned char*>(src.raw_data());
+  for (int64_t j = 0; j < out.numel(); ++j) {
+    const std::vector<int64_t> index = unravel(j, out.shape());
+    const int64_t i = source(index);
+    if (i < 0 || i >= src.numel()) {
+      return ::testing::AssertionFailure() << "bad source index " << i << " in the test";
+    }
+    if (std::memcmp(o + j * size, s + i * size, size) != 0) {
+      return ::testing::AssertionFailure()
+             << "output element [" << fmt::format("{}", fmt::join(index, ", "))
+             << "] differs from source element " << i;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+const DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32,
+                            DType::kInt8,    DType::kUInt8,   DType::kBool};
+
+// ---- Transpose ----
+
+TEST(ReferenceTensor, TransposeOfRandomRank4MatchesIndexArithmetic) {
+  std::mt19937 rng(1);
+  for (int trial = 0; trial < 40; ++trial) {
+    const DType dtype = kAllDTypes[trial % std::size(kAllDTypes)];
+    const std::vector<int64_t> shape = random_shape(rng, 4, 1, 5);
+    std::vector<int64_t> perm = {0, 1, 2, 3};
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const Tensor x = random_tensor(dtype, shape, rng);
+    const Tensor y =
+        run1({.op = "Transpose", .inputs = {runtime_input(x)}, .attrs = {{"perm", perm}}});
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{shape[perm[0]], shape[perm[1]], shape[perm[2]],
+                                               shape[perm[3]]}));
+    EXPECT_TRUE(each_element_from(y, x,
+                                  [&](const std::vector<int64_t>& j) {
+                                    std::vector<int64_t> i(4);
+                                    for (std::size_t k = 0; k < 4; ++k)
+                                      i[static_cast<std::size_t>(perm[k])] = j[k];
+                                    return ravel(i, shape);
+                                  }))
+        << "dtype " << to_string(dtype) << ", perm " << fmt::format("{}", fmt::join(perm, ","));
+  }
+}
+
+TEST(ReferenceTensor, TransposeWithoutPermReversesAxes) {
+  std::mt19937 rng(2);
+  const Tensor x = random_tensor(DType::kFloat32, {2, 3, 4}, rng);
+  const Tensor y = run1({.op = "Transpose", .inputs = {runtime_input(x)}});
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{4, 3, 2}));
+  EXPECT_TRUE(each_element_from(y, x, [&](const std::vector<int64_t>& j) {
+    return ravel({j[2], j[1], j[0]}, x.shape());
+  }));
+}
+
+TEST(ReferenceTensor, TransposeRejectsPermsThatAreNotPermutations) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {2, 3, 4});
+  for (const std::vector<int64_t>& perm :
+       std::vector<std::vector<int64_t>>{{0, 0, 1}, {0, 1}, {0, 1, 3}, {-1, 0, 1}, {0, 1, 2, 3}}) {
+    expect_error({.op = "Transpose", .inputs = {runtime_input(x)}, .attrs = {{"perm", perm}}},
+                 ErrorCode::kInvalidModel, {"perm", "not a permutation"});
+  }
+}
+
+// ---- Slice ----
+
+// The elements ONNX Slice reads along an axis of `dim`, by enumeration. The clamping follows
+// the spec (and onnxruntime): for negative steps the start is clamped to [0, dim - 1], where
+// Python would clamp a start before the beginning to -1 and read nothing.
+std::vector<int64_t> onnx_slice(int64_t start, int64_t end, int64_t step, int64_t dim) {
+  if (dim == 0) return {};
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+  }
+  std::vector<int64_t> picked;
+  for (int64_t i = start; step > 0 ? i < end : i > end; i += step) picked.push_back(i);
+  return picked;
+}
+
+TEST(ReferenceTensor, SliceWithRandomStartsEndsAndStepsMatchesEnumeration) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int rank = static_cast<int>(uniform(rng, 1, 4));
+    const std::vector<int64_t> shape = random_shape(rng, rank, 0, 6);
+    const Tensor x = random_tensor(DType::kInt64, shape, rng);
+    std::vector<int64_t> axes(static_cast<std::size_t>(rank));
+    std::iota(axes.begin(), axes.end(), 0);
+    std::shuffle(axes.begin(), axes.end(), rng);
+    axes.resize(static_cast<std::size_t>(uniform(rng, 1, rank)));
+    std::vector<int64_t> starts, ends, steps;
+    const auto position = [&](int64_t dim) {
+      switch (uniform(rng, 0, 9)) {
+        case 0:
+          return kMax;
+        case 1:
+          return kMin;
+        default:
+          return uniform(rng, -dim - 3, dim + 3);
+      }
+    };
+    for (int64_t a : axes) {
+      starts.push_back(position(shape[static_cast<std::size_t>(a)]));
+      ends.push_back(position(shape[static_cast<std::size_t>(a)]));
+      int64_t step = 0;
+      while (step == 0) step = uniform(rng, -3, 3);
+      steps.push_back(step);
+    }
+    // Axes given as negative numbers half of the time, indices as int32 a third of the time.
+    std::vector<int64_t> named_axes = axes;
+    if (trial % 2 == 0) {
+      for (int64_t& a : named_axes) a -= rank;
+    }
+    const auto index_tensor = [&](const std::vector<int64_t>& v) {
+      if (trial % 3 != 0) return ints(v);
+      std::vector<int32_t> narrow;
+      for (int64_t e : v)
+        narrow.push_back(static_cast<int32_t>(std::clamp<int64_t>(e, INT32_MIN, INT32_MAX)));
+      return make<int32_t>({static_cast<int64_t>(v.size())}, narrow);
+    };
+    std::vector<std::vector<int64_t>> picked(static_cast<std::size_t>(rank));
+    for (int a = 0; a < rank; ++a) {
+      picked[static_cast<std::size_t>(a)] =
+          onnx_slice(0, kMax, 1, shape[static_cast<std::size_t>(a)]);
+    }
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      const auto a = static_cast<std::size_t>(axes[k]);
+      const Tensor s = index_tensor({starts[k]}), e = index_tensor({ends[k]});
+      // The int32 case clamps the extremes; slice them the way the tensor says.
+      picked[a] = onnx_slice(trial % 3 == 0 ? values<int32_t>(s)[0] : starts[k],
+                             trial % 3 == 0 ? values<int32_t>(e)[0] : ends[k], steps[k], shape[a]);
+    }
+    const Tensor y = run1(
+        {.op = "Slice",
+         .inputs = {runtime_input(x), constant(index_tensor(starts)), constant(index_tensor(ends)),
+                    constant(index_tensor(named_axes)), constant(index_tensor(steps))}});
+    std::vector<int64_t> expected_shape;
+    for (const auto& p : picked) expected_shape.push_back(static_cast<int64_t>(p.size()));
+    ASSERT_EQ(y.shape(), expected_shape)
+        << "shape " << fmt::format("{}", fmt::join(shape, ",")) << " trial " << trial;
+    EXPECT_TRUE(each_element_from(y, x,
+                                  [&](const std::vector<int64_t>& j) {
+                                    std::vector<int64_t> i(j.size());
+                                    for (std::size_t a = 0; a < j.size(); ++a)
+                                      i[a] = picked[a][static_cast<std::size_t>(j[a])];
+                                    return ravel(i, shape);
+                                  }))
+        << "trial " << trial;
+  }
+}
+
+TEST(ReferenceTensor, SliceWithoutAxesAndStepsUsesLeadingAxesAndUnitSteps) {
+  const Tensor x = make<int64_t>({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const Tensor y = run1({.op = "Slice",
+                         .inputs = {runtime_input(x), constant(ints({1, -3})),
+                                    constant(ints({kMax, -1})), omitted(), omitted()}});
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{5, 6, 9, 10}));
+}
+
+TEST(ReferenceTensor, SliceWithNegativeStepToMinimumReversesTheAxis) {
+  const Tensor x = make<int64_t>({5}, {10, 11, 12, 13, 14});
+  const Tensor y = run1({.op = "Slice",
+                         .inputs = {runtime_input(x), constant(ints({-1})), constant(ints({kMin})),
+                                    constant(ints({0})), constant(ints({-1}))}});
+  EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{14, 13, 12, 11, 10}));
+}
+
+TEST(ReferenceTensor, SliceRejectsZeroStepsAndRepeatedAxes) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {4, 4});
+  expect_error({.op = "Slice",
+                .inputs = {runtime_input(x), constant(ints({0})), constant(ints({2})),
+                           constant(ints({0})), constant(ints({0}))}},
+               ErrorCode::kInvalidModel, {"steps"});
+  expect_error({.op = "Slice",
+                .inputs = {runtime_input(x), constant(ints({0, 0})), constant(ints({2, 2})),
+                           constant(ints({1, -1}))}},
+               ErrorCode::kInvalidModel, {"more than once"});
+  expect_error(
+      {.op = "Slice",
+       .inputs = {runtime_input(x), constant(ints({0})), constant(ints({2})), constant(ints({2}))}},
+      ErrorCode::kInvalidModel, {"out of range"});
+}
+
+// ---- Concat and Split ----
+
+TEST(ReferenceTensor, SplitThenConcatRoundTripsAndPartsMatchIndexArithmetic) {
+  std::mt19937 rng(4);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int rank = static_cast<int>(uniform(rng, 1, 4));
+    const std::vector<int64_t> shape = random_shape(rng, rank, 1, 6);
+    const int64_t axis = uniform(rng, -rank, rank - 1);
+    const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
+    // Random sizes summing to the axis, zero-sized parts included.
+    std::vector<int64_t> sizes;
+    for (int64_t left = shape[a]; left > 0;) {
+      sizes.push_back(uniform(rng, 0, left));
+      left -= sizes.back();
+    }
+    const DType dtype = kAllDTypes[trial % std::size(kAllDTypes)];
+    const Tensor x = random_tensor(dtype, shape, rng);
+    // Opset 11 takes the sizes as an attribute, opset 13 as an input.
+    const bool attribute = trial % 2 == 0;
+    OpSpec split{.op = "Split",
+                 .inputs = {runtime_input(x)},
+                 .attrs = {{"axis", axis}},
+                 .outputs = sizes.size(),
+                 .opset = attribute ? 11 : 13};
+    if (attribute) {
+      split.attrs["split"] = sizes;
+    } else {
+      split.inputs.push_back(constant(ints(sizes)));
+    }
+    const std::vector<Tensor> parts = run(split);
+    ASSERT_EQ(parts.size(), sizes.size());
+    int64_t offset = 0;
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      std::vector<int64_t> expected = shape;
+      expected[a] = sizes[k];
+      ASSERT_EQ(parts[k].shape(), expected);
+      EXPECT_TRUE(each_element_from(parts[k], x,
+                                    [&](std::vector<int64_t> j) {
+                                      j[a] += offset;
+                                      return ravel(j, shape);
+                                    }))
+          << "part " << k << " of trial " << trial;
+      offset += sizes[k];
+    }
+    std::vector<Operand> pieces;
+    for (const Tensor& p : parts) pieces.push_back(runtime_input(p));
+    const Tensor joined = run1({.op = "Concat", .inputs = pieces, .attrs = {{"axis", axis}}});
+    ASSERT_EQ(joined.shape(), shape);
+    EXPECT_EQ(std::memcmp(joined.raw_data(), x.raw_data(), x.nbytes()), 0) << "trial " << trial;
+  }
+}
+
+TEST(ReferenceTensor, SplitWithoutSizesMakesEqualPartsOrFails) {
+  const Tensor x = make<int64_t>({2, 6}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const std::vector<Tensor> parts = run(
+      {.op = "Split", .inputs = {runtime_input(x)}, .attrs = {{"axis", int64_t{1}}}, .outputs = 3});
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(values<int64_t>(parts[1]), (std::vector<int64_t>{2, 3, 8, 9}));
+  expect_error(
+      {.op = "Split", .inputs = {runtime_input(x)}, .attrs = {{"axis", int64_t{1}}}, .outputs = 4},
+      ErrorCode::kShapeMismatch, {"4 equal parts"});
+  expect_error({.op = "Split",
+                .inputs = {runtime_input(x), constant(ints({2, 2}))},
+                .attrs = {{"axis", int64_t{1}}},
+                .outputs = 2},
+               ErrorCode::kShapeMismatch, {"sums to 4", "size 6"});
+}
+
+TEST(ReferenceTensor, ConcatRejectsMismatchedShapesAndDtypes) {
+  const Tensor a = Tensor::zeros(DType::kFloat32, {2, 3});
+  expect_error({.op = "Concat",
+                .inputs = {runtime_input(a), runtime_input(Tensor::zeros(DType::kFloat32, {3, 3}))},
+                .attrs = {{"axis", int64_t{1}}}},
+               ErrorCode::kShapeMismatch, {"input 1", "[3, 3]"});
+  expect_error({.op = "Concat",
+                .inputs = {runtime_input(a), runtime_input(Tensor::zeros(DType::kInt64, {2, 3}))},
+                .attrs = {{"axis", int64_t{0}}}},
+               ErrorCode::kDtypeMismatch, {"int64"});
+  expect_error({.op = "Concat", .inputs = {runtime_input(a)}, .attrs = {{"axis", int64_t{2}}}},
+               ErrorCode::kInvalidModel, {"axis 2"});
+}
+
+// ---- Gather and GatherElements ----
+
+TEST(ReferenceTensor, GatherWithNegativeIndicesMatchesIndexArithmetic) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int rank = static_cast<int>(uniform(rng, 1, 3));
+    const std::vector<int64_t> shape = random_shape(rng, rank, 1, 5);
+    const int64_t axis = uniform(rng, -rank, rank - 1);
+    const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
+    const std::vector<int64_t> index_shape =
+        random_shape(rng, static_cast<int>(uniform(rng, 0, 2)), 0, 3);
+    std::vector<int64_t> index_values(static_cast<std::size_t>(checked_numel(index_shape)));
+    for (int64_t& i : index_values) i = uniform(rng, -shape[a], shape[a] - 1);
+    Tensor indices = make<int64_t>(index_shape, index_values);
+    if (trial % 2 == 0) {
+      std::vector<int32_t> narrow(index_values.begin(), index_values.end());
+      indices = make<int32_t>(index_shape, narrow);
+    }
+    const Tensor x = random_tensor(kAllDTypes[trial % std::size(kAllDTypes)], shape, rng);
+    // Constant indices are checked at inference, run-time ones by the reference op.
+    const Operand idx = trial % 3 == 0 ? constant(indices) : runtime_input(indices);
+    const Tensor y =
+        run1({.op = "Gather", .inputs = {runtime_input(x), idx}, .attrs = {{"axis", axis}}});
+    std::vector<int64_t> expected(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(a));
+    expected.insert(expected.end(), index_shape.begin(), index_shape.end());
+    expected.insert(expected.end(), shape.begin() + static_cast<std::ptrdiff_t>(a) + 1,
+                    shape.end());
+    ASSERT_EQ(y.shape(), expected);
+    EXPECT_TRUE(each_element_from(
+        y, x,
+        [&](const std::vector<int64_t>& j) {
+          // j = data[:axis] ++ index position ++ data[axis+1:]
+          const auto q = index_shape.size();
+          const std::vector<int64_t> position(j.begin() + static_cast<std::ptrdiff_t>(a),
+                                              j.begin() + static_cast<std::ptrdiff_t>(a + q));
+          int64_t chosen = index_values[static_cast<std::size_t>(ravel(position, index_shape))];
+          if (chosen < 0) chosen += shape[a];
+          std::vector<int64_t> i(j.begin(), j.begin() + static_cast<std::ptrdiff_t>(a));
+          i.push_back(chosen);
+          i.insert(i.end(), j.begin() + static_cast<std::ptrdiff_t>(a + q), j.end());
+          return ravel(i, shape);
+        }))
+        << "trial " << trial;
+  }
+}
+
+TEST(ReferenceTensor, GatherWithConstantOutOfRangeIndexFailsAtInference) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {4, 3});
+  expect_error({.op = "Gather", .inputs = {runtime_input(x), constant(ints({0, 4}))}},
+               ErrorCode::kInvalidModel, {"index 4", "out of range [-4, 3]"});
+  expect_error({.op = "Gather", .inputs = {runtime_input(x), constant(ints({-5}))}},
+               ErrorCode::kInvalidModel, {"index -5"});
+}
+
+TEST(ReferenceTensor, GatherWithRuntimeOutOfRangeIndexFailsCleanly) {
+  // Inference cannot see the indices; the reference op must refuse to read out of bounds.
+  const Tensor x = Tensor::zeros(DType::kFloat32, {4, 3});
+  expect_error({.op = "Gather",
+                .inputs = {runtime_input(x), runtime_input(ints({1, 3}))},
+                .attrs = {{"axis", int64_t{1}}}},
+               ErrorCode::kInvalidArgument, {"index 3", "element 1", "size 3"});
+  expect_error({.op = "Gather", .inputs = {runtime_input(x), runtime_input(ints({kMin}))}},
+               ErrorCode::kInvalidArgument, {"out of range"});
+}
+
+TEST(ReferenceTensor, GatherElementsMatchesIndexArithmetic) {
+  std::mt19937 rng(6);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int rank = static_cast<int>(uniform(rng, 1, 3));
+    const std::vector<int64_t> shape = random_shape(rng, rank, 1, 5);
+    const int64_t axis = uniform(rng, -rank, rank - 1);
+    const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
+    std::vector<int64_t> index_shape(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      index_shape[d] = d == a ? uniform(rng, 0, 6) : uniform(rng, 1, shape[d]);
+    }
+    std::vector<int64_t> index_values(static_cast<std::size_t>(checked_numel(index_shape)));
+    for (int64_t& i : index_values) i = uniform(rng, -shape[a], shape[a] - 1);
+    const Tensor x = random_tensor(kAllDTypes[trial % std::size(kAllDTypes)], shape, rng);
+    const Tensor y =
+        run1({.op = "GatherElements",
+              .inputs = {runtime_input(x), runtime_input(make<int64_t>(index_shape, index_values))},
+              .attrs = {{"axis", axis}}});
+    ASSERT_EQ(y.shape(), index_shape);
+    EXPECT_TRUE(each_element_from(
+        y, x,
+        [&](std::vector<int64_t> j) {
+          int64_t chosen = index_values[static_cast<std::size_t>(ravel(j, index_shape))];
+          j[a] = chosen < 0 ? chosen + shape[a] : chosen;
+          return ravel(j, shape);
+        }))
+        << "trial " << trial;
+  }
+}
+
+TEST(ReferenceTensor, GatherElementsRejectsOutOfRangeIndicesAndOversizedIndexShapes) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {2, 3});
+  expect_error({.op = "GatherElements",
+                .inputs = {runtime_input(x), runtime_input(make<int64_t>({2, 1}, {0, 2}))}},
+               ErrorCode::kInvalidArgument, {"index 2", "out of range"});
+  expect_error({.op = "GatherElements",
+                .inputs = {runtime_input(x), runtime_input(make<int64_t>({1, 4}, {0, 0, 0, 0}))}},
+               ErrorCode::kShapeMismatch, {"no larger"});
+}
+
+// ---- Reshape, Flatten, Squeeze, Unsqueeze ----
+
+std::vector<int64_t> reshaped_shape(const Tensor& x, const std::vector<int64_t>& target,
+                                    int64_t allowzero = 0) {
+  const Tensor y = run1({.op = "Reshape",
+                         .inputs = {runtime_input(x), constant(ints(target))},
+                         .attrs = {{"allowzero", allowzero}},
+                         .opset = 14});
+  EXPECT_EQ(std::memcmp(y.raw_data(), x.raw_data(), x.nbytes()), 0);
+  return y.shape();
+}
+
+TEST(ReferenceTensor, ReshapeCopiesZerosAndInfersMinusOne) {
+  std::mt19937 rng(7);
+  const Tensor x = random_tensor(DType::kFloat32, {2, 3, 4}, rng);
+  EXPECT_EQ(reshaped_shape(x, {0, -1}), (std::vector<int64_t>{2, 12}));
+  EXPECT_EQ(reshaped_shape(x, {-1, 0}), (std::vector<int64_t>{8, 3}));
+  EXPECT_EQ(reshaped_shape(x, {0, 0, 2, 2}), (std::vector<int64_t>{2, 3, 2, 2}));
+  EXPECT_EQ(reshaped_shape(x, {24}), (std::vector<int64_t>{24}));
+  // allowzero: 0 is a real size, legal here because the input is empty too.
+  const Tensor empty = Tensor::zeros(DType::kFloat32, {0, 3});
+  EXPECT_EQ(reshaped_shape(empty, {3, 0}, 1), (std::vector<int64_t>{3, 0}));
+  // Without allowzero the same 0 copies the input's 3: [3, 3] holds 9 elements, not 0.
+  expect_error({.op = "Reshape", .inputs = {runtime_input(empty), constant(ints({3, 0}))}},
+               ErrorCode::kShapeMismatch, {"0 elements", "9 elements"});
+}
+
+TEST(ReferenceTensor, ReshapeRejectsBadTargets) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {2, 3, 4});
+  const auto reshape = [&](const std::vector<int64_t>& target) {
+    return OpSpec{.op = "Reshape", .inputs = {runtime_input(x), constant(ints(target))}};
+  };
+  expect_error(reshape({5, 5}), ErrorCode::kShapeMismatch, {"24 elements", "25 elements"});
+  expect_error(reshape({-1, -1}), ErrorCode::kInvalidModel, {"more than one -1"});
+  expect_error(reshape({5, -1}), ErrorCode::kShapeMismatch, {"cannot infer the -1"});
+  expect_error(reshape({0, 0, 0, 0}), ErrorCode::kShapeMismatch, {"copies dimension 3"});
+  expect_error(reshape({-2, 12}), ErrorCode::kInvalidModel, {"negative dimension -2"});
+  expect_error(reshape({kMax, kMax}), ErrorCode::kShapeMismatch, {"overflows"});
+  expect_error({.op = "Reshape", .inputs = {runtime_input(x), runtime_input(ints({24}))}},
+               ErrorCode::kUnsupported, {"must be a constant"});
+}
+
+TEST(ReferenceTensor, FlattenAcceptsNegativeAxisAndAxisEqualToRank) {
+  const Tensor x = Tensor::zeros(DType::kInt8, {2, 3, 4, 5});
+  const auto flat = [&](int64_t axis) {
+    return run1({.op = "Flatten", .inputs = {runtime_input(x)}, .attrs = {{"axis", axis}}}).shape();
+  };
+  EXPECT_EQ(flat(-1), (std::vector<int64_t>{24, 5}));
+  EXPECT_EQ(flat(0), (std::vector<int64_t>{1, 120}));
+  EXPECT_EQ(flat(4), (std::vector<int64_t>{120, 1}));
+  EXPECT_EQ(flat(-4), (std::vector<int64_t>{1, 120}));
+  expect_error({.op = "Flatten", .inputs = {runtime_input(x)}, .attrs = {{"axis", int64_t{5}}}},
+               ErrorCode::kInvalidModel, {"axis 5"});
+}
+
+TEST(ReferenceTensor, SqueezeAndUnsqueezeTakeAxesFromAttributeBeforeOpset13AndInputAfter) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {1, 3, 1, 2});
+  const std::vector<int64_t> axes = {0, -2};
+  EXPECT_EQ(
+      run1({.op = "Squeeze", .inputs = {runtime_input(x)}, .attrs = {{"axes", axes}}, .opset = 11})
+          .shape(),
+      (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(run1({.op = "Squeeze", .inputs = {runtime_input(x), constant(ints(axes))}}).shape(),
+            (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(run1({.op = "Squeeze", .inputs = {runtime_input(x)}}).shape(),
+            (std::vector<int64_t>{3, 2}));
+  expect_error({.op = "Squeeze", .inputs = {runtime_input(x), constant(ints({1}))}},
+               ErrorCode::kShapeMismatch, {"axis 1", "size is 3"});
+
+  const Tensor y = Tensor::zeros(DType::kFloat32, {3, 2});
+  const std::vector<int64_t> where = {-1, 0, 2};
+  EXPECT_EQ(run1({.op = "Unsqueeze",
+                  .inputs = {runtime_input(y)},
+                  .attrs = {{"axes", where}},
+                  .opset = 11})
+                .shape(),
+            (std::vector<int64_t>{1, 3, 1, 2, 1}));
+  EXPECT_EQ(run1({.op = "Unsqueeze", .inputs = {runtime_input(y), constant(ints(where))}}).shape(),
+            (std::vector<int64_t>{1, 3, 1, 2, 1}));
+  expect_error({.op = "Unsqueeze", .inputs = {runtime_input(y), constant(ints({1, 1}))}},
+               ErrorCode::kInvalidModel, {"more than once"});
+  expect_error({.op = "Unsqueeze", .inputs = {runtime_input(y), constant(ints({3}))}},
+               ErrorCode::kInvalidModel, {"out of range"});
+}
+
+// ---- Pad ----
+
+std::vector<int64_t> pad1d(const std::string& mode, std::vector<int64_t> pads) {
+  const Tensor x = make<int64_t>({3}, {1, 2, 3});
+  return values<int64_t>(
+      run1({.op = "Pad",
+            .inputs = {runtime_input(x), constant(ints(pads)), constant(int_scalar(9))},
+            .attrs = {{"mode", mode}}}));
+}
+
+TEST(ReferenceTensor, PadModesOnAHandCheckedVector) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(pad1d("constant", {2, 2}), (V{9, 9, 1, 2, 3, 9, 9}));
+  EXPECT_EQ(pad1d("reflect", {2, 2}), (V{3, 2, 1, 2, 3, 2, 1}));
+  EXPECT_EQ(pad1d("edge", {2, 2}), (V{1, 1, 1, 2, 3, 3, 3}));
+  EXPECT_EQ(pad1d("wrap", {2, 2}), (V{2, 3, 1, 2, 3, 1, 2}));
+  // Reflection beyond one period keeps bouncing, as numpy.pad does.
+  EXPECT_EQ(pad1d("reflect", {4, 0}), (V{1, 2, 3, 2, 1, 2, 3}));
+  // Negative pads crop.
+  EXPECT_EQ(pad1d("constant", {-1, 1}), (V{2, 3, 9}));
+  EXPECT_EQ(pad1d("edge", {-2, -1}), (V{}));
+}
+
+TEST(ReferenceTensor, PadTwoDimensionalReflectAndDefaultZero) {
+  const Tensor x = floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor reflected = run1({.op = "Pad",
+                                 .inputs = {runtime_input(x), constant(ints({1, 1, 1, 0}))},
+                                 .attrs = {{"mode", std::string("reflect")}}});
+  ASSERT_EQ(reflected.shape(), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(values<float>(reflected),
+            (std::vector<float>{5, 4, 5, 6, 2, 1, 2, 3, 5, 4, 5, 6, 2, 1, 2, 3}));
+  const Tensor zero_padded =
+      run1({.op = "Pad", .inputs = {runtime_input(x), constant(ints({0, 1, 0, 0}))}});
+  EXPECT_EQ(values<float>(zero_padded), (std::vector<float>{0, 1, 2, 3, 0, 4, 5, 6}));
+  // Opset 2: pads and value as attributes.
+  const Tensor attr_padded =
+      run1({.op = "Pad",
+            .inputs = {runtime_input(x)},
+            .attrs = {{"pads", std::vector<int64_t>{0, 0, 1, 0}}, {"value", 7.0f}},
+            .opset = 2});
+  EXPECT_EQ(values<float>(attr_padded), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 7, 7}));
+}
+
+TEST(ReferenceTensor, PadRejectsBadPadsAndModes) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {2, 3});
+  expect_error({.op = "Pad", .inputs = {runtime_input(x), constant(ints({1, 1}))}},
+               ErrorCode::kInvalidModel, {"2 values", "= 4"});
+  expect_error({.op = "Pad", .inputs = {runtime_input(x), constant(ints({0, -4, 0, 0}))}},
+               ErrorCode::kShapeMismatch, {"below zero"});
+  expect_error({.op = "Pad",
+                .inputs = {runtime_input(x), constant(ints({0, 0, 0, 0}))},
+                .attrs = {{"mode", std::string("mirror")}}},
+               ErrorCode::kUnsupported, {"mirror"});
+  expect_error({.op = "Pad",
+                .inputs = {runtime_input(Tensor::zeros(DType::kFloat32, {0, 3})),
+                           constant(ints({1, 0, 0, 0}))},
+                .attrs = {{"mode", std::string("edge")}}},
+               ErrorCode::kShapeMismatch, {"empty axis 0"});
+  expect_error({.op = "Pad", .inputs = {runtime_input(x), constant(ints({0, kMax, 0, 0}))}},
+               ErrorCode::kShapeMismatch, {"overflows"});
+}
+
+// ---- Expand and Tile ----
+
+TEST(ReferenceTensor, ExpandMatchesExplicitBroadcastLoops) {
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int rank = static_cast<int>(uniform(rng, 1, 4));
+    std::vector<int64_t> target = random_shape(rng, rank, 1, 4);
+    // The input: a suffix of the target's axes, each either the target's size or 1.
+    const int in_rank = static_cast<int>(uniform(rng, 0, rank));
+    std::vector<int64_t> shape(target.end() - in_rank, target.end());
+    for (int64_t& d : shape) d = uniform(rng, 0, 1) ? 1 : d;
+    // ... and the requested shape may itself say 1 where the input is larger.
+    std::vector<int64_t> request = target;
+    for (int k = 0; k < in_rank; ++k) {
+      const auto t = static_cast<std::size_t>(rank - in_rank + k);
+      if (uniform(rng, 0, 3) == 0) request[t] = 1;
+      target[t] = std::max(request[t], shape[static_cast<std::size_t>(k)]);
+    }
+    const Tensor x = random_tensor(kAllDTypes[trial % std::size(kAllDTypes)], shape, rng);
+    const Tensor y = run1({.op = "Expand", .inputs = {runtime_input(x), constant(ints(request))}});
+    ASSERT_EQ(y.shape(), target);
+    EXPECT_TRUE(each_element_from(y, x,
+                                  [&](const std::vector<int64_t>& j) {
+                                    std::vector<int64_t> i;
+                                    for (int k = 0; k < in_rank; ++k) {
+                                      i.push_back(
+                                          shape[static_cast<std::size_t>(k)] == 1
+                                              ? 0
+                                              : j[static_cast<std::size_t>(rank - in_rank + k)]);
+                                    }
+                                    return ravel(i, shape);
+                                  }))
+        << "trial " << trial;
+  }
+}
+
+TEST(ReferenceTensor, TileMatchesExplicitModuloLoops) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int rank = static_cast<int>(uniform(rng, 1, 4));
+    const std::vector<int64_t> shape = random_shape(rng, rank, 1, 4);
+    const std::vector<int64_t> repeats = random_shape(rng, rank, 0, 3);
+    const Tensor x = random_tensor(kAllDTypes[trial % std::size(kAllDTypes)], shape, rng);
+    const Tensor y = run1({.op = "Tile", .inputs = {runtime_input(x), constant(ints(repeats))}});
+    std::vector<int64_t> expected(shape.size());
+    for (std::size_t a = 0; a < shape.size(); ++a) expected[a] = shape[a] * repeats[a];
+    ASSERT_EQ(y.shape(), expected);
+    EXPECT_TRUE(each_element_from(y, x,
+                                  [&](std::vector<int64_t> j) {
+                                    for (std::size_t a = 0; a < j.size(); ++a) j[a] %= shape[a];
+                                    return ravel(j, shape);
+                                  }))
+        << "trial " << trial;
+  }
+}
+
+TEST(ReferenceTensor, ExpandAndTileRefuseShapesThatOverflow) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {1, 1});
+  expect_error({.op = "Expand",
+                .inputs = {runtime_input(x), constant(ints({int64_t{1} << 40, int64_t{1} << 40}))}},
+               ErrorCode::kShapeMismatch, {"overflows"});
+  expect_error(
+      {.op = "Expand",
+       .inputs = {runtime_input(Tensor::zeros(DType::kFloat32, {3})), constant(ints({2}))}},
+      ErrorCode::kShapeMismatch, {"do not broadcast"});
+  expect_error({.op = "Tile",
+                .inputs = {runtime_input(Tensor::zeros(DType::kFloat32, {3, 1})),
+                           constant(ints({kMax, 1}))}},
+               ErrorCode::kShapeMismatch, {"overflows"});
+  expect_error({.op = "Tile", .inputs = {runtime_input(x), constant(ints({2}))}},
+               ErrorCode::kShapeMismatch, {"one value per axis"});
+}
+
+// ---- Shape, Size, Constant, ConstantOfShape, Range ----
+
+TEST(ReferenceTensor, ShapeHonoursStartAndEnd) {
+  const Tensor x = Tensor::zeros(DType::kUInt8, {2, 3, 4, 5});
+  const auto shape_of = [&](std::map<std::string, graph::AttrValue> attrs) {
+    return values<int64_t>(
+        run1({.op = "Shape", .inputs = {runtime_input(x)}, .attrs = attrs, .opset = 15}));
+  };
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(shape_of({}), (V{2, 3, 4, 5}));
+  EXPECT_EQ(shape_of({{"start", int64_t{1}}}), (V{3, 4, 5}));
+  EXPECT_EQ(shape_of({{"start", int64_t{-3}}, {"end", int64_t{-1}}}), (V{3, 4}));
+  EXPECT_EQ(shape_of({{"end", int64_t{10}}}), (V{2, 3, 4, 5}));
+  EXPECT_EQ(shape_of({{"start", int64_t{3}}, {"end", int64_t{1}}}), (V{}));
+  EXPECT_EQ(shape_of({{"start", int64_t{-10}}, {"end", int64_t{1}}}), (V{2}));
+  const Tensor size = run1({.op = "Size", .inputs = {runtime_input(x)}});
+  EXPECT_EQ(size.shape(), (std::vector<int64_t>{}));
+  EXPECT_EQ(values<int64_t>(size), (V{120}));
+}
+
+TEST(ReferenceTensor, ConstantBuildsEachAttributeKind) {
+  const Tensor held = floats({2}, {1.5f, -2.0f});
+  EXPECT_EQ(values<float>(run1({.op = "Constant", .attrs = {{"value", held}}})),
+            values<float>(held));
+  const Tensor f = run1({.op = "Constant", .attrs = {{"value_float", 0.25f}}});
+  EXPECT_EQ(f.shape(), (std::vector<int64_t>{}));
+  EXPECT_EQ(values<float>(f), (std::vector<float>{0.25f}));
+  EXPECT_EQ(values<float>(
+                run1({.op = "Constant", .attrs = {{"value_floats", std::vector<float>{1, 2}}}})),
+            (std::vector<float>{1, 2}));
+  EXPECT_EQ(values<int64_t>(run1({.op = "Constant", .attrs = {{"value_int", int64_t{-7}}}})),
+            (std::vector<int64_t>{-7}));
+  EXPECT_EQ(values<int64_t>(
+                run1({.op = "Constant", .attrs = {{"value_ints", std::vector<int64_t>{3, 4}}}})),
+            (std::vector<int64_t>{3, 4}));
+  expect_error({.op = "Constant", .attrs = {{"sparse_value", held}}}, ErrorCode::kUnsupported,
+               {"sparse"});
+  expect_error({.op = "Constant"}, ErrorCode::kInvalidModel, {"exactly one", "got 0"});
+  expect_error({.op = "Constant", .attrs = {{"value_int", int64_t{1}}, {"value_float", 1.0f}}},
+               ErrorCode::kInvalidModel, {"got 2"});
+}
+
+TEST(ReferenceTensor, ConstantOfShapeFillsWithTheValueOrFloatZero) {
+  const Tensor zeros = run1({.op = "ConstantOfShape", .inputs = {constant(ints({2, 3}))}});
+  EXPECT_EQ(zeros.dtype(), DType::kFloat32);
+  EXPECT_EQ(values<float>(zeros), std::vector<float>(6, 0.0f));
+  const Tensor sevens = run1({.op = "ConstantOfShape",
+                              .inputs = {constant(ints({3}))},
+                              .attrs = {{"value", make<int32_t>({1}, {7})}}});
+  EXPECT_EQ(values<int32_t>(sevens), (std::vector<int32_t>{7, 7, 7}));
+  const Tensor scalar = run1({.op = "ConstantOfShape",
+                              .inputs = {constant(ints({}))},
+                              .attrs = {{"value", make<int64_t>({1}, {5})}}});
+  EXPECT_EQ(scalar.shape(), (std::vector<int64_t>{}));
+  EXPECT_EQ(values<int64_t>(scalar), (std::vector<int64_t>{5}));
+  expect_error({.op = "ConstantOfShape", .inputs = {constant(ints({int64_t{1} << 62, 4}))}},
+               ErrorCode::kShapeMismatch, {"overflows"});
+  expect_error({.op = "ConstantOfShape", .inputs = {constant(ints({-1}))}},
+               ErrorCode::kShapeMismatch, {"negative"});
+}
+
+TEST(ReferenceTensor, RangeCountsLikeCeilingDivision) {
+  const auto range = [](auto start, auto limit, auto delta) {
+    using T = decltype(start);
+    return values<T>(
+        run1({.op = "Range",
+              .inputs = {constant(make<T>({}, {start})), constant(make<T>({}, {limit})),
+                         constant(make<T>({}, {delta}))}}));
+  };
+  EXPECT_EQ(range(int64_t{0}, int64_t{5}, int64_t{2}), (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(range(int32_t{10}, int32_t{4}, int32_t{-3}), (std::vector<int32_t>{10, 7}));
+  EXPECT_EQ(range(int64_t{3}, int64_t{3}, int64_t{1}), (std::vector<int64_t>{}));
+  EXPECT_EQ(range(int64_t{5}, int64_t{0}, int64_t{1}), (std::vector<int64_t>{}));
+  EXPECT_EQ(range(kMin, kMax, kMax).size(), 3u);  // spans wider than int64 count correctly
+  expect_error(
+      {.op = "Range",
+       .inputs = {constant(int_scalar(kMin)), constant(int_scalar(kMax)), constant(int_scalar(1))}},
+      ErrorCode::kShapeMismatch, {"too many elements"});
+  EXPECT_EQ(range(1.0f, 2.0f, 0.25f), (std::vector<float>{1.0f, 1.25f, 1.5f, 1.75f}));
+  EXPECT_EQ(range(1.0, -1.0, -0.5), (std::vector<double>{1.0, 0.5, 0.0, -0.5}));
+  expect_error(
+      {.op = "Range",
+       .inputs = {constant(int_scalar(0)), constant(int_scalar(1)), constant(int_scalar(0))}},
+      ErrorCode::kInvalidModel, {"delta"});
+}
+
+// ---- DepthToSpace, SpaceToDepth ----
+
+TEST(ReferenceTensor, DepthToSpaceModesMatchTheOnnxFormulas) {
+  std::mt19937 rng(10);
+  const int64_t n = 2, c = 3, h = 2, w = 3, b = 2;
+  const Tensor x = random_tensor(DType::kFloat32, {n, c * b * b, h, w}, rng);
+  for (const std::string mode : {"DCR", "CRD"}) {
+    const Tensor y = run1({.op = "DepthToSpace",
+                           .inputs = {runtime_input(x)},
+                           .attrs = {{"blocksize", b}, {"mode", mode}}});
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{n, c, h * b, w * b}));
+    EXPECT_TRUE(each_element_from(y, x, [&](const std::vector<int64_t>& j) {
+      const int64_t bi = j[2] % b, bj = j[3] % b;
+      // DCR: depth is (block row, block col, channel); CRD: (channel, block row, block col).
+      const int64_t channel = mode == "DCR" ? (bi * b + bj) * c + j[1] : (j[1] * b + bi) * b + bj;
+      return ravel({j[0], channel, j[2] / b, j[3] / b}, x.shape());
+    })) << mode;
+    // SpaceToDepth undoes DCR.
+    if (mode == "DCR") {
+      const Tensor back =
+          run1({.op = "SpaceToDepth", .inputs = {runtime_input(y)}, .attrs = {{"blocksize", b}}});
+      ASSERT_EQ(back.shape(), x.shape());
+      EXPECT_EQ(std::memcmp(back.raw_data(), x.raw_data(), x.nbytes()), 0);
+    }
+  }
+  expect_error(
+      {.op = "DepthToSpace", .inputs = {runtime_input(x)}, .attrs = {{"blocksize", int64_t{3}}}},
+      ErrorCode::kShapeMismatch, {"blocksize^2 = 9"});
+}
+
+// ---- CumSum, EyeLike, OneHot, Trilu ----
+
+TEST(ReferenceTensor, CumSumExclusiveAndReverseMatchLoops) {
+  const Tensor x = make<int64_t>({2, 3}, {1, 2, 3, 4, 5, 6});
+  const auto cumsum = [&](int64_t axis, int64_t exclusive, int64_t reverse) {
+    return values<int64_t>(run1({.op = "CumSum",
+                                 .inputs = {runtime_input(x), constant(int_scalar(axis))},
+                                 .attrs = {{"exclusive", exclusive}, {"reverse", reverse}}}));
+  };
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(cumsum(1, 0, 0), (V{1, 3, 6, 4, 9, 15}));
+  EXPECT_EQ(cumsum(-1, 1, 0), (V{0, 1, 3, 0, 4, 9}));
+  EXPECT_EQ(cumsum(1, 0, 1), (V{6, 5, 3, 15, 11, 6}));
+  EXPECT_EQ(cumsum(0, 1, 1), (V{4, 5, 6, 0, 0, 0}));
+  expect_error({.op = "CumSum", .inputs = {runtime_input(x), constant(int_scalar(2))}},
+               ErrorCode::kInvalidModel, {"axis"});
+}
+
+TEST(ReferenceTensor, EyeLikeOneHotAndTrilu) {
+  const Tensor eye = run1({.op = "EyeLike",
+                           .inputs = {runtime_input(Tensor::zeros(DType::kFloat32, {2, 3}))},
+                           .attrs = {{"k", int64_t{1}}, {"dtype", int64_t{7}}}});
+  EXPECT_EQ(eye.dtype(), DType::kInt64);
+  EXPECT_EQ(values<int64_t>(eye), (std::vector<int64_t>{0, 1, 0, 0, 0, 1}));
+
+  // Index -1 counts from depth; 5 is outside [-3, 3) and gives a row of `off`.
+  const Tensor hot = run1({.op = "OneHot",
+                           .inputs = {runtime_input(ints({0, -1, 5})), constant(int_scalar(3)),
+                                      runtime_input(floats({2}, {0.5f, 2.0f}))},
+                           .attrs = {{"axis", int64_t{0}}}});
+  ASSERT_EQ(hot.shape(), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(values<float>(hot),
+            (std::vector<float>{2, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 2, 0.5f}));
+
+  const Tensor m = make<int32_t>({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  EXPECT_EQ(values<int32_t>(run1({.op = "Trilu", .inputs = {runtime_input(m)}})),
+            (std::vector<int32_t>{1, 2, 3, 0, 5, 6, 0, 0, 9}));
+  EXPECT_EQ(values<int32_t>(run1({.op = "Trilu",
+                                  .inputs = {runtime_input(m), constant(int_scalar(-1))},
+                                  .attrs = {{"upper", int64_t{0}}}})),
+            (std::vector<int32_t>{0, 0, 0, 4, 0, 0, 7, 8, 0}));
+}
+
+// ---- the shape subgraph PyTorch exports for x.view(batch, seq, heads, dim) ----
+
+TEST(ReferenceTensor, ShapeGatherUnsqueezeConcatReshapeChainFoldsOnInt64) {
+  graph::Graph g;
+  g.source = "view.onnx";
+  g.opset = 13;
+  const auto value = [&](const std::string& name, std::optional<Tensor> constant = std::nullopt) {
+    graph::Value v;
+    v.name = name;
+    if (constant) {
+      v.dtype = constant->dtype();
+      v.dtype_known = true;
+      v.shape = graph::make_shape(constant->shape());
+      v.constant = constant;
+    }
+    return g.add_value(v);
+  };
+  const int x = value("x");
+  g.values[x].dtype_known = true;
+  g.values[x].shape = graph::make_shape({2, 5, 12});
+  g.inputs = {x};
+  const auto node = [&](const std::string& op, std::vector<int> inputs,
+                        std::map<std::string, graph::AttrValue> attrs = {}) {
+    const int out = value(op + std::to_string(g.nodes.size()));
+    g.nodes.push_back(
+        graph::Node{"n" + std::to_string(g.nodes.size()), op, "", inputs, {out}, attrs, {}});
+    return out;
+  };
+  const int shape = node("Shape", {x});
+  const int batch = node("Gather", {shape, value("zero", int_scalar(0))});
+  const int seq = node("Gather", {shape, value("one", int_scalar(1))});
+  const int axes0 = value("axes0", ints({0}));
+  const int target = node("Concat",
+                          {node("Unsqueeze", {batch, axes0}), node("Unsqueeze", {seq, axes0}),
+                           value("heads_dim", ints({3, 4}))},
+                          {{"axis", int64_t{0}}});
+  const int y = node("Reshape", {x, target});
+  g.outputs = {y};
+  g.link();
+
+  // Fold like the constant folder: every node but the last has constant (or shape-only) inputs.
+  std::mt19937 rng(11);
+  const Tensor input = random_tensor(DType::kFloat32, {2, 5, 12}, rng);
+  for (const graph::Node& n : g.nodes) {
+    std::vector<const Tensor*> inputs;
+    for (int v : n.inputs) inputs.push_back(v == x ? &input : &*g.values[v].constant);
+    std::vector<Tensor> out = evaluate(g, n, inputs);
+    graph::Value& result = g.values[n.outputs[0]];
+    result.dtype = out[0].dtype();
+    result.dtype_known = true;
+    result.shape = graph::make_shape(out[0].shape());
+    result.constant = out[0];
+  }
+  EXPECT_EQ(values<int64_t>(*g.values[target].constant), (std::vector<int64_t>{2, 5, 3, 4}));
+  const Tensor& reshaped = *g.values[y].constant;
+  EXPECT_EQ(reshaped.shape(), (std::vector<int64_t>{2, 5, 3, 4}));
+  EXPECT_EQ(std::memcmp(reshaped.raw_data(), input.raw_data(), input.nbytes()), 0);
+}
+
+TEST(ReferenceTensor, ReferenceOpRefusesAnOutputOfTheWrongShape) {
+  // An executor bug (or a stale shape) must not turn into a write past the buffer.
+  graph::Graph g;
+  g.source = "test.onnx";
+  g.opset = 13;
+  graph::Value x_value;
+  x_value.name = "x";
+  graph::Value y_value;
+  y_value.name = "y";
+  const int x = g.add_value(x_value);
+  const int y = g.add_value(y_value);
+  g.nodes.push_back(graph::Node{"n0", "Transpose", "", {x}, {y}, {}, {}});
+  const Tensor input = Tensor::zeros(DType::kFloat32, {2, 3});
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{2, 3}, {3, 3}, {6}}) {
+    Tensor output = Tensor::zeros(DType::kFloat32, shape);
+    runtime::RefOpContext ctx{g, g.nodes[0], {&input}, {&output}};
+    try {
+      ref_op("Transpose").run(ctx);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInternal) << e.what();
+      EXPECT_NE(std::string(e.what()).find("[3, 2]"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---- tables ----
+
+TEST(ReferenceTensor, EveryTensorOpHasAReferenceImplementation) {
+  for (const graph::OpDef& def : graph::tensor_op_defs()) {
+    EXPECT_NO_THROW(ref_op(def.op_type)) << def.op_type;
+  }
+  EXPECT_EQ(graph::tensor_op_defs().size(), runtime::tensor_reference_ops().size());
+}
+
+}  // namespace
+}  // namespace sparsecol

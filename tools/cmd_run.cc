@@ -1,0 +1,416 @@
+// `sparsecol run MODEL --input x.npy --output y.npy`: batch scoring of a large input.
+//
+// Inputs are memory-mapped and fed in batches along axis 0 (the sample axis), so memory holds
+// one batch of inputs plus the outputs; outputs are gathered into one preallocated tensor per
+// output and written atomically at the end, so a failed or interrupted run leaves no partial file.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "commands.h"
+#include "sparsecol/io.h"
+#include "sparsecol/sparsecol.h"
+
+namespace sparsecol::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RunArgs {
+  std::string model;
+  std::vector<std::string> inputs;
+  std::string output;
+  std::vector<std::string> outputs;
+  int64_t batch = 16;
+  int threads = 0;
+  std::string schedule = "reference";
+  bool quiet = false;
+};
+
+struct BoundInput {
+  const TensorInfo* info;
+  std::string path;
+  std::unique_ptr<NpyReader> reader;
+};
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// "[N, 8]": symbolic dimensions by name.
+std::string shape_text(const TensorInfo& info) {
+  if (!info.shape_known) return "[unknown shape]";
+  std::vector<std::string> dims;
+  for (std::size_t i = 0; i < info.shape.size(); ++i) {
+    const bool named = i < info.dim_names.size() && !info.dim_names[i].empty();
+    dims.push_back(info.shape[i] >= 0 ? std::to_string(info.shape[i])
+                                      : (named ? info.dim_names[i] : "?"));
+  }
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+std::string list_tensors(const std::vector<TensorInfo>& infos) {
+  std::vector<std::string> items;
+  items.reserve(infos.size());
+  for (const TensorInfo& info : infos) {
+    items.push_back(fmt::format("{} ({} {})", info.name, to_string(info.dtype), shape_text(info)));
+  }
+  return fmt::format("{}", fmt::join(items, ", "));
+}
+
+const TensorInfo* find_info(const std::vector<TensorInfo>& infos, const std::string& name) {
+  for (const TensorInfo& info : infos) {
+    if (info.name == name) return &info;
+  }
+  return nullptr;
+}
+
+// Maps each --input (FILE or NAME=FILE) to a model input; every model input must get one file.
+std::vector<BoundInput> bind_inputs(const Engine& engine, const std::vector<std::string>& specs) {
+  const std::vector<TensorInfo>& model_inputs = engine.inputs();
+  std::vector<BoundInput> bound;
+  for (const std::string& spec : specs) {
+    const std::size_t eq = spec.find('=');
+    const TensorInfo* info = nullptr;
+    std::string path = spec;
+    if (eq != std::string::npos) {
+      const std::string name = spec.substr(0, eq);
+      path = spec.substr(eq + 1);
+      info = find_info(model_inputs, name);
+      if (info == nullptr) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("--input {}: the model has no input named '{}' (inputs: {})", spec,
+                                name, list_tensors(model_inputs)));
+      }
+    } else if (model_inputs.size() == 1) {
+      info = &model_inputs[0];
+    } else {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--input {}: the model has {} inputs, name each one with --input "
+                              "NAME=FILE.npy (inputs: {})",
+                              spec, model_inputs.size(), list_tensors(model_inputs)));
+    }
+    for (const BoundInput& other : bound) {
+      if (other.info == info) {
+        throw Error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("input '{}' is given twice ({} and {})", info->name, other.path, path));
+      }
+    }
+    bound.push_back({info, path, std::make_unique<NpyReader>(path)});
+  }
+  for (const TensorInfo& info : model_inputs) {
+    const bool given = std::any_of(bound.begin(), bound.end(),
+                                   [&](const BoundInput& b) { return b.info == &info; });
+    if (!given) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("no file for model input '{}' (pass --input {}=FILE.npy; inputs: {})",
+                              info.name, info.name, list_tensors(model_inputs)));
+    }
+  }
+  return bound;
+}
+
+// Checks what can be checked before scoring starts, so that a mistake costs no time: dtypes,
+// per-sample shapes, sample counts and fixed batch sizes. Returns the number of samples.
+int64_t check_inputs(const std::vector<BoundInput>& inputs, int64_t batch) {
+  const int64_t samples = inputs.front().reader->samples();
+  for (const BoundInput& input : inputs) {
+    const TensorInfo& info = *input.info;
+    const NpyReader& reader = *input.reader;
+    const std::string where = fmt::format("input '{}' ({})", info.name, input.path);
+    if (reader.dtype() != info.dtype) {
+      throw Error(ErrorCode::kDtypeMismatch,
+                  fmt::format("{}: the model expects dtype {}, the file holds {}", where,
+                              to_string(info.dtype), to_string(reader.dtype())));
+    }
+    if (reader.samples() != samples) {
+      throw Error(ErrorCode::kShapeMismatch,
+                  fmt::format("inputs differ in sample count: '{}' ({}) has {}, '{}' ({}) has {}",
+                              inputs.front().info->name, inputs.front().path, samples, info.name,
+                              input.path, reader.samples()));
+    }
+    if (!info.shape_known) continue;
+    const std::vector<int64_t>& shape = reader.shape();
+    bool fits = shape.size() == info.shape.size();
+    for (std::size_t axis = 1; fits && axis < shape.size(); ++axis) {
+      fits = info.shape[axis] < 0 || info.shape[axis] == shape[axis];
+    }
+    if (!fits) {
+      throw Error(ErrorCode::kShapeMismatch,
+                  fmt::format("{}: the file's shape {} does not fit the model's {} (axis 0 is the "
+                              "sample axis, batched by --batch)",
+                              where, shape_text(shape), shape_text(info)));
+    }
+    const int64_t fixed = info.shape.front();
+    if (fixed >= 0 && (fixed != batch || samples % fixed != 0)) {
+      throw Error(ErrorCode::kShapeMismatch,
+                  fmt::format("{}: the model fixes the batch size to {} (shape {}); run with "
+                              "--batch {} and a sample count that is a multiple of it (the file "
+                              "has {})",
+                              where, fixed, shape_text(info), fixed, samples));
+    }
+  }
+  if (samples == 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("input '{}' ({}) has no samples", inputs.front().info->name,
+                            inputs.front().path));
+  }
+  return samples;
+}
+
+// The model outputs to write, in order: --outputs, or all of them.
+std::vector<std::string> select_outputs(const Engine& engine, const RunArgs& args) {
+  const std::vector<TensorInfo>& model_outputs = engine.outputs();
+  std::vector<std::string> names = args.outputs;
+  if (names.empty()) {
+    for (const TensorInfo& info : model_outputs) names.push_back(info.name);
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (find_info(model_outputs, names[i]) == nullptr) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--outputs: the model has no output named '{}' (outputs: {})",
+                              names[i], list_tensors(model_outputs)));
+    }
+    if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), names[i]) !=
+        names.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--outputs: '{}' is named twice", names[i]));
+    }
+  }
+  if (args.output.ends_with(".npy") && names.size() != 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: a .npy file holds one tensor but the model has {} outputs ({}); "
+                            "choose one with --outputs NAME or write a .npz",
+                            args.output, names.size(), list_tensors(model_outputs)));
+  }
+  return names;
+}
+
+// Fails before scoring rather than after it when the output cannot be written.
+void check_output_folder(const std::string& output) {
+  const std::size_t slash = output.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : output.substr(0, slash + 1);
+  if (::access(folder.c_str(), W_OK) != 0) {
+    const int error = errno;
+    throw Error(
+        error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
+        fmt::format("cannot write '{}': folder '{}': {}", output, folder, std::strerror(error)));
+  }
+}
+
+// The outputs of all samples, filled batch by batch.
+class OutputGather {
+ public:
+  OutputGather(std::vector<std::string> names, int64_t samples)
+      : names_(std::move(names)), samples_(samples) {}
+
+  void add(const NamedTensors& batch_outputs, int64_t begin, int64_t count) {
+    for (const std::string& name : names_) {
+      const auto found = batch_outputs.find(name);
+      if (found == batch_outputs.end()) {
+        throw Error(ErrorCode::kInternal, fmt::format("the session returned no output '{}'", name));
+      }
+      const Tensor& part = found->second;
+      auto [it, first] = gathered_.try_emplace(name);
+      if (part.rank() == 0 || part.dim(0) != count) {
+        throw Error(ErrorCode::kShapeMismatch,
+                    fmt::format("output '{}' has shape {} for a batch of {} samples; sparsecol run "
+                                "needs outputs whose axis 0 is the batch",
+                                name, shape_text(part.shape()), count));
+      }
+      std::vector<int64_t> full = part.shape();
+      full[0] = samples_;
+      // The first batch tells the per-sample shape; every later batch must agree.
+      if (first) it->second = Tensor::zeros(part.dtype(), full);
+      Tensor& all = it->second;
+      if (all.dtype() != part.dtype() || all.shape() != full) {
+        throw Error(ErrorCode::kShapeMismatch,
+                    fmt::format("output '{}' changed from {} {} per batch to {} {} at sample {}",
+                                name, to_string(all.dtype()), shape_text(all.shape()),
+                                to_string(part.dtype()), shape_text(part.shape()), begin));
+      }
+      const std::size_t sample_bytes = all.nbytes() / static_cast<std::size_t>(samples_);
+      std::memcpy(
+          static_cast<char*>(all.raw_data()) + static_cast<std::size_t>(begin) * sample_bytes,
+          part.raw_data(), part.nbytes());
+    }
+  }
+
+  const NamedTensors& tensors() const { return gathered_; }
+
+ private:
+  std::vector<std::string> names_;
+  int64_t samples_;
+  NamedTensors gathered_;
+};
+
+// Progress on stderr: a bar redrawn in place on a terminal, a plain line every ~2 s otherwise
+// (logs and CI capture stderr, where carriage returns make a mess).
+class Progress {
+ public:
+  Progress(int64_t total, bool enabled)
+      : total_(total), enabled_(enabled), tty_(::isatty(STDERR_FILENO) == 1) {}
+
+  void update(int64_t done) {
+    if (!enabled_) return;
+    const auto now = Clock::now();
+    const double since_print = std::chrono::duration<double>(now - last_print_).count();
+    // Nothing at the end: the summary follows at once.
+    if (since_print < (tty_ ? 0.1 : 2.0) || done >= total_) return;
+    last_print_ = now;
+    const double elapsed = seconds_since(start_);
+    const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0;
+    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : -1;
+    const double fraction = static_cast<double>(done) / static_cast<double>(total_);
+    if (tty_) {
+      constexpr int kWidth = 30;
+      const int filled = static_cast<int>(fraction * kWidth);
+      fmt::print(stderr, "\r[{:=<{}}{:<{}}] {}/{} samples  {:.0f} samples/s  ETA {}\x1b[K", "",
+                 filled, "", kWidth - filled, done, total_, rate, format_duration(eta));
+      drawn_ = true;
+    } else {
+      fmt::print(stderr, "sparsecol: {}/{} samples ({:.0f}%), {:.0f} samples/s, ETA {}\n", done,
+                 total_, 100 * fraction, rate, format_duration(eta));
+    }
+    std::fflush(stderr);
+  }
+
+  // Erases the bar so that the summary, or an error, takes its place.
+  void finish() {
+    if (drawn_) fmt::print(stderr, "\r\x1b[K");
+    drawn_ = false;
+  }
+  ~Progress() { finish(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+ private:
+  int64_t total_;
+  bool enabled_;
+  bool tty_;
+  bool drawn_ = false;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_print_ = start_;
+};
+
+int run(const RunArgs& args) {
+  Options options;
+  options.schedule = parse_schedule(args.schedule);
+  options.threads = args.threads;
+  const Engine engine = Engine::load(args.model, options);
+  const std::vector<BoundInput> inputs = bind_inputs(engine, args.inputs);
+  const int64_t samples = check_inputs(inputs, args.batch);
+  const std::vector<std::string> output_names = select_outputs(engine, args);
+  check_output_folder(args.output);
+
+  Session session = engine.session();
+  OutputGather gather(output_names, samples);
+  Progress progress(samples, !args.quiet);
+  std::vector<double> latencies;
+  const auto start = Clock::now();
+  for (int64_t begin = 0; begin < samples; begin += args.batch) {
+    const int64_t count = std::min(args.batch, samples - begin);
+    NamedTensors feed;
+    for (const BoundInput& input : inputs) {
+      feed.emplace(input.info->name, input.reader->samples_view(begin, count));
+    }
+    const auto batch_start = Clock::now();
+    const NamedTensors outputs = session.run(feed);
+    latencies.push_back(seconds_since(batch_start));
+    gather.add(outputs, begin, count);
+    progress.update(begin + count);
+  }
+  const double wall = seconds_since(start);
+  progress.finish();
+
+  if (args.output.ends_with(".npz")) {
+    write_npz(args.output, gather.tensors());
+  } else {
+    write_npy(args.output, gather.tensors().begin()->second);
+  }
+
+  if (!args.quiet) {
+    const LatencyStats stats = latency_stats(latencies);
+    fmt::print(stderr,
+               "sparsecol: {} samples in {} ({:.{}f} samples/s), {} batches of {}; batch latency "
+               "p50 {}, p90 {}, p99 {}\n",
+               samples, format_duration(wall), static_cast<double>(samples) / wall,
+               static_cast<double>(samples) / wall < 100 ? 1 : 0, latencies.size(), args.batch,
+               format_duration(stats.p50), format_duration(stats.p90), format_duration(stats.p99));
+    std::vector<std::string> written;
+    for (const auto& [name, tensor] : gather.tensors()) {
+      written.push_back(
+          fmt::format("{} {} {}", name, to_string(tensor.dtype()), shape_text(tensor.shape())));
+    }
+    fmt::print(stderr, "sparsecol: wrote {} ({})\n", args.output, fmt::join(written, ", "));
+  }
+  return kExitOk;
+}
+
+CommandAction setup(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  app.add_option("MODEL", args->model, "the .onnx model")->required();
+  // One value per --input, so that a positional MODEL after it is not taken as a second file.
+  app.add_option("-i,--input", args->inputs,
+                 "input file, FILE.npy for a model with one input or NAME=FILE.npy (repeatable); "
+                 "axis 0 is the sample axis")
+      ->required()
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("-o,--output", args->output,
+                 "output file, written atomically: .npy (one output) or .npz (any number)")
+      ->required()
+      ->check(CLI::Validator(
+          [](std::string& path) {
+            return path.ends_with(".npy") || path.ends_with(".npz")
+                       ? std::string()
+                       : "the output file must end in .npy or .npz";
+          },
+          "FILE.npy|FILE.npz"));
+  app.add_option("--outputs", args->outputs,
+                 "comma-separated model outputs to write (default: all of them)")
+      ->delimiter(',')
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->capture_default_str();
+  app.add_option("-b,--batch", args->batch, "samples per batch (the last batch may be smaller)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("-t,--threads", args->threads, "threads (0: one per physical core)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--schedule", args->schedule, "execution schedule (reference)")
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            try {
+              parse_schedule(name);
+              return std::string();
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+          },
+          "SCHEDULE"))
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", args->quiet, "no progress and no summary on stderr")
+      ->capture_default_str();
+  return [args] { return run(*args); };
+}
+
+const bool kRegistered = register_command(
+    {"run", "Score a model over a large input in batches and write the outputs", 10, setup});
+
+}  // namespace
+}  // namespace sparsecol::cli

@@ -1,0 +1,67 @@
+// The `sparsecol` subcommands and what they share.
+//
+// A subcommand lives in one file, tools/cmd_<name>.cc, which registers itself:
+//
+//   namespace {
+//   CommandAction setup(CLI::App& app) {
+//     auto args = std::make_shared<Args>();
+//     app.add_option("MODEL", args->model, "the .onnx model")->required();
+//     return [args] { ...; return kExitOk; };
+//   }
+//   const bool kRegistered = register_command({"name", "one-line description", 30, setup});
+//   }  // namespace
+//
+// Static registration works here because tools/*.cc are linked into the executable directly,
+// not through a static library whose unreferenced objects the linker would drop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace sparsecol::cli {
+
+// Exit codes, documented in `sparsecol --help`.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 1;     // the command line does not parse
+inline constexpr int kExitFailure = 2;   // a model, input or file error (sparsecol::Error)
+inline constexpr int kExitInternal = 3;  // anything else: a bug
+
+// What a subcommand does once its command line has parsed; throws sparsecol::Error on failure.
+using CommandAction = std::function<int()>;
+
+struct Command {
+  const char* name;
+  const char* description;
+  int order;  // position in `sparsecol --help`
+  // Adds the subcommand's options to `app`, bound to state that the returned action reads.
+  std::function<CommandAction(CLI::App& app)> setup;
+};
+
+// Returns true so that a file can register from a static initializer.
+bool register_command(Command command);
+// Sorted by Command::order.
+std::vector<Command> registered_commands();
+
+// A CLI11 check that an integer option is at least `minimum`, with a plain message.
+CLI::Validator at_least(int64_t minimum);
+
+// "850 us", "12.5 ms", "3.25 s", "4m05s", "1h02m".
+std::string format_duration(double seconds);
+
+// Latency percentiles over a set of timings (seconds), nearest-rank.
+struct LatencyStats {
+  double p50 = 0, p90 = 0, p99 = 0;
+};
+LatencyStats latency_stats(std::vector<double> seconds);
+
+// Seconds since `start`.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace sparsecol::cli

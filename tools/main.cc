@@ -1,0 +1,120 @@
+// The `sparsecol` command line: parses arguments with CLI11 and runs one subcommand; turns every
+// failure into one line on stderr and a documented exit code.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "sparsecol/sparsecol.h"
+
+namespace sparsecol::cli {
+namespace {
+
+// A function-local static: registrations run from other files' static initializers, in an
+// order the language leaves open.
+std::vector<Command>& registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+
+}  // namespace
+
+bool register_command(Command command) {
+  registry().push_back(std::move(command));
+  return true;
+}
+
+std::vector<Command> registered_commands() {
+  std::vector<Command> commands = registry();
+  std::sort(commands.begin(), commands.end(),
+            [](const Command& a, const Command& b) { return a.order < b.order; });
+  return commands;
+}
+
+CLI::Validator at_least(int64_t minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) {
+        int64_t value = 0;
+        if (!CLI::detail::lexical_cast(text, value))
+          return fmt::format("'{}' is not an integer", text);
+        return value >= minimum ? std::string()
+                                : fmt::format("must be at least {}, got {}", minimum, value);
+      },
+      minimum == 0   ? "NONNEGATIVE"
+      : minimum == 1 ? "POSITIVE"
+                     : fmt::format(">={}", minimum));
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  if (seconds < 1e-3) return fmt::format("{:.0f} us", seconds * 1e6);
+  if (seconds < 1) return fmt::format("{:.1f} ms", seconds * 1e3);
+  if (seconds < 60) return fmt::format("{:.2f} s", seconds);
+  const int64_t whole = std::llround(seconds);
+  if (whole < 3600) return fmt::format("{}m{:02}s", whole / 60, whole % 60);
+  return fmt::format("{}h{:02}m", whole / 3600, whole / 60 % 60);
+}
+
+LatencyStats latency_stats(std::vector<double> seconds) {
+  if (seconds.empty()) return {};
+  std::sort(seconds.begin(), seconds.end());
+  const auto rank = [&](double p) {
+    const auto index = static_cast<std::size_t>(std::ceil(p * static_cast<double>(seconds.size())));
+    return seconds[std::clamp<std::size_t>(index, 1, seconds.size()) - 1];
+  };
+  return {rank(0.50), rank(0.90), rank(0.99)};
+}
+
+}  // namespace sparsecol::cli
+
+namespace {
+
+int run_command_line(int argc, char** argv) {
+  using namespace sparsecol::cli;
+  CLI::App app{"sparsecol: a sparse-aware CPU inference engine for ONNX models", "sparsecol"};
+  app.require_subcommand(1);
+  app.footer(
+      "Run 'sparsecol COMMAND --help' for a command's options.\n"
+      "Exit codes: 0 success, 1 usage error, 2 model, input or file error, 3 internal error.");
+
+  std::vector<std::pair<CLI::App*, CommandAction>> commands;
+  for (const Command& command : registered_commands()) {
+    CLI::App* sub = app.add_subcommand(command.name, command.description);
+    commands.emplace_back(sub, command.setup(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Prints the help text (exit 0) or the parse error with a hint to use --help.
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  for (auto& [sub, action] : commands) {
+    if (sub->parsed()) return action();
+  }
+  return kExitUsage;  // unreachable: require_subcommand(1)
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace sparsecol::cli;
+  try {
+    return run_command_line(argc, argv);
+  } catch (const sparsecol::Error& e) {
+    fmt::print(stderr, "sparsecol: error: {}\n", e.what());
+    return kExitFailure;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "sparsecol: error: out of memory\n");
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "sparsecol: internal error: {}\n", e.what());
+    return kExitInternal;
+  } catch (...) {
+    fmt::print(stderr, "sparsecol: internal error: unknown exception\n");
+    return kExitInternal;
+  }
+}
