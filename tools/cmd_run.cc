@@ -3,11 +3,18 @@
 // Inputs are memory-mapped and fed in batches along axis 0 (the sample axis), so memory holds
 // one batch of inputs plus the outputs; outputs are gathered into one preallocated tensor per
 // output and written atomically at the end, so a failed or interrupted run leaves no partial file.
+//
+// Ctrl-C (SIGINT) stops scoring cleanly after the batch in progress, says how far it got and
+// writes nothing (exit code 130, the shell's 128 + SIGINT); a second Ctrl-C kills at once.
+// SIGKILL, or a crash, leaves at most the temporary file of an unfinished write, never a file
+// at the output path.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -26,6 +33,40 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// 128 + SIGINT: what a shell reports for a program stopped by Ctrl-C.
+constexpr int kExitInterrupted = 130;
+
+// Set by the SIGINT handler, read between batches. A signal handler may only touch a
+// volatile std::sig_atomic_t (or a lock-free atomic) safely.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void on_interrupt(int /*signal*/) { g_interrupted = 1; }
+
+// Catches SIGINT for the lifetime of the scoring loop. SA_RESETHAND restores the default action
+// as the handler runs, so that a second Ctrl-C terminates a batch that takes too long.
+class InterruptHandler {
+ public:
+  InterruptHandler() {
+    g_interrupted = 0;
+    struct sigaction action {};
+    action.sa_handler = on_interrupt;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    installed_ = ::sigaction(SIGINT, &action, &previous_) == 0;
+  }
+  ~InterruptHandler() {
+    if (installed_) ::sigaction(SIGINT, &previous_, nullptr);
+  }
+  InterruptHandler(const InterruptHandler&) = delete;
+  InterruptHandler& operator=(const InterruptHandler&) = delete;
+
+  bool interrupted() const { return g_interrupted != 0; }
+
+ private:
+  struct sigaction previous_ {};
+  bool installed_ = false;
+};
+
 struct RunArgs {
   std::string model;
   std::vector<std::string> inputs;
@@ -43,27 +84,12 @@ struct BoundInput {
   std::unique_ptr<NpyReader> reader;
 };
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
-// "[N, 8]": symbolic dimensions by name.
-std::string shape_text(const TensorInfo& info) {
-  if (!info.shape_known) return "[unknown shape]";
-  std::vector<std::string> dims;
-  for (std::size_t i = 0; i < info.shape.size(); ++i) {
-    const bool named = i < info.dim_names.size() && !info.dim_names[i].empty();
-    dims.push_back(info.shape[i] >= 0 ? std::to_string(info.shape[i])
-                                      : (named ? info.dim_names[i] : "?"));
-  }
-  return fmt::format("[{}]", fmt::join(dims, ", "));
-}
-
 std::string list_tensors(const std::vector<TensorInfo>& infos) {
   std::vector<std::string> items;
   items.reserve(infos.size());
   for (const TensorInfo& info : infos) {
-    items.push_back(fmt::format("{} ({} {})", info.name, to_string(info.dtype), shape_text(info)));
+    items.push_back(
+        fmt::format("{} ({} {})", info.name, to_string(info.dtype), shape_string(info)));
   }
   return fmt::format("{}", fmt::join(items, ", "));
 }
@@ -150,7 +176,7 @@ int64_t check_inputs(const std::vector<BoundInput>& inputs, int64_t batch) {
       throw Error(ErrorCode::kShapeMismatch,
                   fmt::format("{}: the file's shape {} does not fit the model's {} (axis 0 is the "
                               "sample axis, batched by --batch)",
-                              where, shape_text(shape), shape_text(info)));
+                              where, shape_string(shape), shape_string(info)));
     }
     const int64_t fixed = info.shape.front();
     if (fixed >= 0 && (fixed != batch || samples % fixed != 0)) {
@@ -158,7 +184,7 @@ int64_t check_inputs(const std::vector<BoundInput>& inputs, int64_t batch) {
                   fmt::format("{}: the model fixes the batch size to {} (shape {}); run with "
                               "--batch {} and a sample count that is a multiple of it (the file "
                               "has {})",
-                              where, fixed, shape_text(info), fixed, samples));
+                              where, fixed, shape_string(info), fixed, samples));
     }
   }
   if (samples == 0) {
@@ -227,7 +253,7 @@ class OutputGather {
         throw Error(ErrorCode::kShapeMismatch,
                     fmt::format("output '{}' has shape {} for a batch of {} samples; sparsecol run "
                                 "needs outputs whose axis 0 is the batch",
-                                name, shape_text(part.shape()), count));
+                                name, shape_string(part.shape()), count));
       }
       std::vector<int64_t> full = part.shape();
       full[0] = samples_;
@@ -237,8 +263,8 @@ class OutputGather {
       if (all.dtype() != part.dtype() || all.shape() != full) {
         throw Error(ErrorCode::kShapeMismatch,
                     fmt::format("output '{}' changed from {} {} per batch to {} {} at sample {}",
-                                name, to_string(all.dtype()), shape_text(all.shape()),
-                                to_string(part.dtype()), shape_text(part.shape()), begin));
+                                name, to_string(all.dtype()), shape_string(all.shape()),
+                                to_string(part.dtype()), shape_string(part.shape()), begin));
       }
       const std::size_t sample_bytes = all.nbytes() / static_cast<std::size_t>(samples_);
       std::memcpy(
@@ -305,6 +331,8 @@ class Progress {
 };
 
 int run(const RunArgs& args) {
+  // From the start: Ctrl-C while the model loads also ends the run cleanly at the first check.
+  const InterruptHandler interrupt;
   Options options;
   options.schedule = parse_schedule(args.schedule);
   options.threads = args.threads;
@@ -320,6 +348,14 @@ int run(const RunArgs& args) {
   std::vector<double> latencies;
   const auto start = Clock::now();
   for (int64_t begin = 0; begin < samples; begin += args.batch) {
+    if (interrupt.interrupted()) {
+      progress.finish();
+      fmt::print(stderr,
+                 "sparsecol: interrupted after {} of {} samples ({} batches of {}); nothing "
+                 "written to {}\n",
+                 begin, samples, latencies.size(), args.batch, args.output);
+      return kExitInterrupted;
+    }
     const int64_t count = std::min(args.batch, samples - begin);
     NamedTensors feed;
     for (const BoundInput& input : inputs) {
@@ -351,7 +387,7 @@ int run(const RunArgs& args) {
     std::vector<std::string> written;
     for (const auto& [name, tensor] : gather.tensors()) {
       written.push_back(
-          fmt::format("{} {} {}", name, to_string(tensor.dtype()), shape_text(tensor.shape())));
+          fmt::format("{} {} {}", name, to_string(tensor.dtype()), shape_string(tensor.shape())));
     }
     fmt::print(stderr, "sparsecol: wrote {} ({})\n", args.output, fmt::join(written, ", "));
   }

@@ -10,6 +10,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev libzip-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-onnx python3-torch python3-torchvision python3-numpy
+  clang-14 libclang-rt-14-dev libomp-14-dev  # .ci/run: libFuzzer, and TSan with OpenMP
 )
 
 missing=()

@@ -79,7 +79,8 @@ int run_command_line(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Run 'sparsecol COMMAND --help' for a command's options.\n"
-      "Exit codes: 0 success, 1 usage error, 2 model, input or file error, 3 internal error.");
+      "Exit codes: 0 success, 1 usage error, 2 model, input or file error, 3 internal error, "
+      "130 interrupted (Ctrl-C: run stops after the current batch and writes nothing).");
 
   std::vector<std::pair<CLI::App*, CommandAction>> commands;
   for (const Command& command : registered_commands()) {

@@ -279,6 +279,8 @@ class Importer {
   }
 
   void add_outputs(const onnx::GraphProto& proto) {
+    // ONNX allows it, but a model without outputs computes nothing a caller could read.
+    if (proto.output_size() == 0) fail(ErrorCode::kInvalidModel, "the graph has no outputs");
     for (const onnx::ValueInfoProto& output : proto.output()) {
       if (output.name().empty()) fail(ErrorCode::kInvalidModel, "a graph output has no name");
       require_type_and_shape(output, "graph output");

@@ -104,15 +104,18 @@ using NamedTensors = std::map<std::string, Tensor>;
 // How a Session executes the model.
 enum class Schedule {
   kReference,  // naive reference kernels, op by op: the oracle every other path is tested against
+  kLayerWise,  // the fast kernels, op by op over whole tensors, multi-threaded (the baseline)
+  kOneDnn,     // oneDNN primitives op by op: the dense library a user would otherwise pick
 };
 
 const char* to_string(Schedule schedule);
-// Parses "reference"; throws Error(kInvalidArgument) naming the accepted values.
+// Parses "reference", "layerwise", "onednn"; throws Error(kInvalidArgument) naming the
+// accepted values.
 Schedule parse_schedule(const std::string& name);
 
 struct Options {
   Schedule schedule = Schedule::kReference;
-  int threads = 0;       // 0: one per physical core
+  int threads = 0;       // 0: one per physical core (layerwise, onednn)
   bool verbose = false;  // print load/plan decisions to stderr (also SPARSECOL_VERBOSE=1)
 };
 
@@ -125,6 +128,11 @@ struct TensorInfo {
   std::vector<std::string> dim_names;
   bool shape_known = true;  // false when the model states no shape at all
 };
+
+// "[batch, 3, 224, 224]": a shape as the messages and tools print it, symbolic dimensions by
+// name ("?" when unnamed), "[unknown shape]" when the model states none.
+std::string shape_string(const TensorInfo& info);
+std::string shape_string(const std::vector<int64_t>& shape);
 
 class Session;
 

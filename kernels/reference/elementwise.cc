@@ -35,9 +35,6 @@ std::vector<int64_t> broadcast_strides(Dims shape, Dims out_shape) {
 
 namespace {
 
-template <typename T>
-constexpr bool kIsFloat = std::is_floating_point_v<T>;
-
 [[noreturn]] void undefined_for(const char* what, int op, DType dtype) {
   throw Error(ErrorCode::kInternal,
               fmt::format("{} op #{} is not defined for {}", what, op, to_string(dtype)));
@@ -109,14 +106,6 @@ T mod(T a, T b) {
     if (r != 0 && ((r < 0) != (b < 0))) r = add(r, b);
   }
   return r;
-}
-
-template <typename T>
-bool is_nan_value(T x) {
-  if constexpr (kIsFloat<T>)
-    return std::isnan(x);
-  else
-    return false;
 }
 
 template <typename T>

@@ -8,14 +8,29 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::kernels::reference {
+
+template <typename T>
+constexpr bool kIsFloat = std::is_floating_point_v<T>;
+
+// NaN test that compiles for integer element types too (always false there).
+template <typename T>
+bool is_nan_value(T x) {
+  if constexpr (kIsFloat<T>) {
+    return std::isnan(x);
+  } else {
+    return false;
+  }
+}
 
 using Dims = std::span<const int64_t>;
 

@@ -13,17 +13,6 @@ namespace sparsecol::kernels::reference {
 
 namespace {
 
-template <typename T>
-constexpr bool kIsFloat = std::is_floating_point_v<T>;
-
-template <typename T>
-bool is_nan_value(T x) {
-  if constexpr (kIsFloat<T>)
-    return std::isnan(x);
-  else
-    return false;
-}
-
 int64_t product(Dims dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;

@@ -11,6 +11,7 @@
 #include "onnx/onnx_importer.h"
 #include "runtime/executor.h"
 #include "runtime/reference/reference_ops.h"
+#include "runtime/topology.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol {
@@ -49,6 +50,7 @@ struct Engine::Impl {
   graph::Graph graph;  // after the load-time passes, dimensions may be symbolic
   std::map<std::string, int> file_ops;
   std::vector<TensorInfo> inputs, outputs;
+  int threads = 1;  // options.threads resolved (0: one per physical core)
 };
 
 struct Session::Impl {
@@ -65,6 +67,10 @@ Engine Engine::load(const std::string& path, const Options& options) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("threads must be >= 0 (0: one per core), got {}", options.threads));
   }
+  // One thread per physical core by default: the kernels are FMA-bound, and two hyper-threads
+  // share one core's FMA units.
+  impl->threads =
+      options.threads > 0 ? options.threads : runtime::machine_topology().physical_cores;
   impl->graph = onnx_import::import_model_file(path);
   impl->file_ops = op_histogram(impl->graph);
   graph::optimize(impl->graph, runtime::evaluate_node);
@@ -100,22 +106,15 @@ Session Engine::session() const {
 std::string Engine::describe() const {
   const graph::Graph& g = impl_->graph;
   std::string text = fmt::format("model: {} (opset {})\n", g.source, g.opset);
-  const auto shape_text = [](const TensorInfo& info) {
-    if (!info.shape_known) return std::string("unknown shape");
-    std::vector<std::string> dims;
-    for (std::size_t i = 0; i < info.shape.size(); ++i) {
-      dims.push_back(info.shape[i] >= 0 ? std::to_string(info.shape[i])
-                                        : (info.dim_names[i].empty() ? "?" : info.dim_names[i]));
-    }
-    return fmt::format("[{}]", fmt::join(dims, ", "));
-  };
   text += "inputs:\n";
   for (const TensorInfo& info : impl_->inputs) {
-    text += fmt::format("  {:<24} {:<8} {}\n", info.name, to_string(info.dtype), shape_text(info));
+    text +=
+        fmt::format("  {:<24} {:<8} {}\n", info.name, to_string(info.dtype), shape_string(info));
   }
   text += "outputs:\n";
   for (const TensorInfo& info : impl_->outputs) {
-    text += fmt::format("  {:<24} {:<8} {}\n", info.name, to_string(info.dtype), shape_text(info));
+    text +=
+        fmt::format("  {:<24} {:<8} {}\n", info.name, to_string(info.dtype), shape_string(info));
   }
   text += "ops in the file:\n";
   for (const auto& [op, count] : impl_->file_ops) text += fmt::format("  {:<24} {}\n", op, count);
@@ -196,6 +195,12 @@ NamedTensors Session::run(const NamedTensors& inputs) {
     switch (engine.options.schedule) {
       case Schedule::kReference:
         executor = runtime::make_reference_executor(std::move(specialized));
+        break;
+      case Schedule::kLayerWise:
+        executor = runtime::make_layerwise_executor(std::move(specialized), engine.threads);
+        break;
+      case Schedule::kOneDnn:
+        executor = runtime::make_onednn_executor(std::move(specialized), engine.threads);
         break;
     }
   }

@@ -156,14 +156,35 @@ const char* to_string(Schedule schedule) {
   switch (schedule) {
     case Schedule::kReference:
       return "reference";
+    case Schedule::kLayerWise:
+      return "layerwise";
+    case Schedule::kOneDnn:
+      return "onednn";
   }
   return "unknown";
 }
 
 Schedule parse_schedule(const std::string& name) {
-  if (name == "reference") return Schedule::kReference;
+  for (Schedule s : {Schedule::kReference, Schedule::kLayerWise, Schedule::kOneDnn}) {
+    if (name == to_string(s)) return s;
+  }
   throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("unknown schedule '{}' (accepted: reference)", name));
+              fmt::format("unknown schedule '{}' (accepted: reference, layerwise, onednn)", name));
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+std::string shape_string(const TensorInfo& info) {
+  if (!info.shape_known) return "[unknown shape]";
+  std::vector<std::string> dims;
+  for (std::size_t i = 0; i < info.shape.size(); ++i) {
+    const bool named = i < info.dim_names.size() && !info.dim_names[i].empty();
+    dims.push_back(info.shape[i] >= 0 ? std::to_string(info.shape[i])
+                                      : (named ? info.dim_names[i] : "?"));
+  }
+  return fmt::format("[{}]", fmt::join(dims, ", "));
 }
 
 }  // namespace sparsecol

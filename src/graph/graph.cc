@@ -113,6 +113,24 @@ void fail(const Graph& graph, const Node& node, ErrorCode code, const std::strin
   throw Error(code, fmt::format("{}: {}", graph.where(node), message));
 }
 
+int64_t checked_add(const Graph& graph, const Node& node, int64_t a, int64_t b) {
+  int64_t result = 0;
+  if (__builtin_add_overflow(a, b, &result)) {
+    fail(graph, node, ErrorCode::kShapeMismatch,
+         fmt::format("dimension {} + {} overflows 64 bits", a, b));
+  }
+  return result;
+}
+
+int64_t checked_mul(const Graph& graph, const Node& node, int64_t a, int64_t b) {
+  int64_t result = 0;
+  if (__builtin_mul_overflow(a, b, &result)) {
+    fail(graph, node, ErrorCode::kShapeMismatch,
+         fmt::format("dimension {} * {} overflows 64 bits", a, b));
+  }
+  return result;
+}
+
 std::vector<std::vector<int>> Graph::consumers() const {
   std::vector<std::vector<int>> readers(values.size());
   for (std::size_t n = 0; n < nodes.size(); ++n) {

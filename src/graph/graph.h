@@ -102,6 +102,11 @@ struct Graph {
   void remove_dead();
 };
 
+// Sums and products of dimensions that fail (kShapeMismatch, naming the node) instead of
+// overflowing: sizes come from untrusted files.
+int64_t checked_add(const Graph& graph, const Node& node, int64_t a, int64_t b);
+int64_t checked_mul(const Graph& graph, const Node& node, int64_t a, int64_t b);
+
 // Throws Error(code) with "<graph.where(node)>: <message>".
 [[noreturn]] void fail(const Graph& graph, const Node& node, ErrorCode code,
                        const std::string& message);

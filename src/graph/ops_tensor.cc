@@ -22,22 +22,6 @@ std::string dims(const std::vector<int64_t>& values) {
   return fmt::format("[{}]", fmt::join(values, ", "));
 }
 
-int64_t checked_mul(const InferContext& ctx, int64_t a, int64_t b) {
-  int64_t result = 0;
-  if (__builtin_mul_overflow(a, b, &result)) {
-    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("dimension {} * {} overflows 64 bits", a, b));
-  }
-  return result;
-}
-
-int64_t checked_add(const InferContext& ctx, int64_t a, int64_t b) {
-  int64_t result = 0;
-  if (__builtin_add_overflow(a, b, &result)) {
-    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("dimension {} + {} overflows 64 bits", a, b));
-  }
-  return result;
-}
-
 // Sets an output only once its element count is known to fit 64 bits, so that no later
 // allocation multiplies out a wrapped size.
 void set_sized_output(InferContext& ctx, std::size_t i, DType dtype, std::vector<int64_t> shape) {
@@ -149,7 +133,7 @@ void infer_reshape(InferContext& ctx) {
       }
       out[i] = in[i];
     }
-    known = checked_mul(ctx, known, out[i]);
+    known = checked_mul(ctx.graph(), ctx.node(), known, out[i]);
   }
   const int64_t count = checked_numel(in);
   if (inferred) {
@@ -263,7 +247,7 @@ void infer_concat(InferContext& ctx) {
                fmt::format("input {} has shape {}, expected {} except along axis {}", i, dims(in),
                            dims(ctx.shape(0)), axis));
     }
-    out[axis] = checked_add(ctx, out[axis], in[axis]);
+    out[axis] = checked_add(ctx.graph(), ctx.node(), out[axis], in[axis]);
   }
   set_sized_output(ctx, 0, ctx.dtype(0), std::move(out));
 }
@@ -305,7 +289,7 @@ void infer_split(InferContext& ctx) {
   for (int64_t s : sizes) {
     if (s < 0)
       ctx.fail(ErrorCode::kInvalidModel, fmt::format("split {} has a negative size", dims(sizes)));
-    total = checked_add(ctx, total, s);
+    total = checked_add(ctx.graph(), ctx.node(), total, s);
   }
   if (total != dim) {
     ctx.fail(ErrorCode::kShapeMismatch,
@@ -400,7 +384,7 @@ void infer_tile(InferContext& ctx) {
     if (repeats[a] < 0)
       ctx.fail(ErrorCode::kInvalidModel,
                fmt::format("repeats {} has a negative value", dims(repeats)));
-    out[a] = checked_mul(ctx, in[a], repeats[a]);
+    out[a] = checked_mul(ctx.graph(), ctx.node(), in[a], repeats[a]);
   }
   set_sized_output(ctx, 0, ctx.dtype(0), std::move(out));
 }
@@ -428,7 +412,8 @@ void infer_pad(InferContext& ctx) {
   }
   std::vector<int64_t> out(in.size());
   for (std::size_t a = 0; a < in.size(); ++a) {
-    out[a] = checked_add(ctx, checked_add(ctx, in[a], pads[a]), pads[a + in.size()]);
+    out[a] = checked_add(ctx.graph(), ctx.node(),
+                         checked_add(ctx.graph(), ctx.node(), in[a], pads[a]), pads[a + in.size()]);
     if (out[a] < 0) {
       ctx.fail(ErrorCode::kShapeMismatch,
                fmt::format("pads {} crop axis {} of input {} below zero", dims(pads), a, dims(in)));
@@ -554,9 +539,9 @@ void infer_depth_to_space(InferContext& ctx) {
                                                     "blocksize^2 = {}",
                                                     dims(in), b * b));
   }
-  set_sized_output(
-      ctx, 0, ctx.dtype(0),
-      {in[0], in[1] / (b * b), checked_mul(ctx, in[2], b), checked_mul(ctx, in[3], b)});
+  set_sized_output(ctx, 0, ctx.dtype(0),
+                   {in[0], in[1] / (b * b), checked_mul(ctx.graph(), ctx.node(), in[2], b),
+                    checked_mul(ctx.graph(), ctx.node(), in[3], b)});
 }
 
 void infer_space_to_depth(InferContext& ctx) {
@@ -568,8 +553,9 @@ void infer_space_to_depth(InferContext& ctx) {
         ErrorCode::kShapeMismatch,
         fmt::format("height and width of input {} are not multiples of blocksize {}", dims(in), b));
   }
-  set_sized_output(ctx, 0, ctx.dtype(0),
-                   {in[0], checked_mul(ctx, in[1], b * b), in[2] / b, in[3] / b});
+  set_sized_output(
+      ctx, 0, ctx.dtype(0),
+      {in[0], checked_mul(ctx.graph(), ctx.node(), in[1], b * b), in[2] / b, in[3] / b});
 }
 
 void infer_cumsum(InferContext& ctx) {

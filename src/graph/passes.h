@@ -29,13 +29,19 @@ void fold_batchnorm(Graph& graph);
 // and the erf form of GELU (x * 0.5 * (1 + erf(x / sqrt(2)))) as exported by PyTorch.
 void fuse_epilogues(Graph& graph);
 
+// Replaces the decomposed layer normalization PyTorch exports below opset 17
+// (ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta over the last
+// axis) by one LayerNormalization node.
+void fuse_layernorm(Graph& graph);
+
 // A copy of `graph` with the given input shapes fixed (every other dimension must then follow)
 // and constants folded again, so shape-computing subgraphs disappear. Fails if an input name is
 // unknown or a shape contradicts the model's fixed dimensions.
 Graph specialize(const Graph& graph, const std::map<std::string, std::vector<int64_t>>& shapes,
                  const Evaluator& evaluate);
 
-// The passes run at load, in order: fold_constants, fold_batchnorm, fuse_epilogues, remove_dead.
+// The passes run at load, in order: fold_constants, fold_batchnorm, fuse_layernorm,
+// fuse_epilogues, remove_dead.
 void optimize(Graph& graph, const Evaluator& evaluate);
 
 }  // namespace sparsecol::graph

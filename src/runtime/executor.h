@@ -16,5 +16,9 @@ class Executor {
 };
 
 std::unique_ptr<Executor> make_reference_executor(graph::Graph graph);
+// The fast kernels op by op, `threads` OpenMP threads (src/runtime/layerwise/).
+std::unique_ptr<Executor> make_layerwise_executor(graph::Graph graph, int threads);
+// oneDNN primitives op by op (src/backends/onednn/).
+std::unique_ptr<Executor> make_onednn_executor(graph::Graph graph, int threads);
 
 }  // namespace sparsecol::runtime

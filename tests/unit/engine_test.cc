@@ -110,7 +110,10 @@ TEST_F(EngineTest, MissingFileIsNotFound) {
 }
 
 TEST_F(EngineTest, ScheduleNamesParseAndUnknownOnesListTheChoices) {
-  EXPECT_EQ(parse_schedule("reference"), Schedule::kReference);
+  for (Schedule s : {Schedule::kReference, Schedule::kLayerWise, Schedule::kOneDnn}) {
+    EXPECT_EQ(parse_schedule(to_string(s)), s);
+  }
+  EXPECT_EQ(parse_schedule("layerwise"), Schedule::kLayerWise);
   expect_error([] { parse_schedule("fastest"); }, ErrorCode::kInvalidArgument,
                {"'fastest'", "reference"});
 }

@@ -132,6 +132,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, std::vector<int
 void optimize(Graph& graph, const Evaluator& evaluate) {
   fold_constants(graph, evaluate);
   fold_batchnorm(graph);
+  fuse_layernorm(graph);
   fuse_epilogues(graph);
   graph.remove_dead();
 }

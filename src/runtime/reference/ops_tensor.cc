@@ -65,24 +65,6 @@ int64_t product(std::vector<int64_t>::const_iterator first,
   return std::accumulate(first, last, int64_t{1}, std::multiplies<>());
 }
 
-// Sums and products of dimensions that fail instead of overflowing. Inference checked the same
-// sizes; these keep an op safe when it is called on other inputs.
-int64_t checked_add(const RefOpContext& ctx, int64_t a, int64_t b) {
-  int64_t result = 0;
-  if (__builtin_add_overflow(a, b, &result)) {
-    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("dimension {} + {} overflows 64 bits", a, b));
-  }
-  return result;
-}
-
-int64_t checked_mul(const RefOpContext& ctx, int64_t a, int64_t b) {
-  int64_t result = 0;
-  if (__builtin_mul_overflow(a, b, &result)) {
-    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("dimension {} * {} overflows 64 bits", a, b));
-  }
-  return result;
-}
-
 int64_t axis_attr(const RefOpContext& ctx, int64_t rank, int64_t fallback) {
   if (rank == 0) ctx.fail(ErrorCode::kShapeMismatch, "input must have rank >= 1, got a scalar");
   return graph::normalize_axis(site(ctx), ctx.node.attr_int("axis", fallback), rank);
@@ -244,7 +226,7 @@ void run_tile(RefOpContext& ctx) {
       ctx.fail(ErrorCode::kInvalidModel,
                fmt::format("repeats {} has a negative value", dims(repeats)));
     }
-    shape[a] = checked_mul(ctx, in.shape()[a], repeats[a]);
+    shape[a] = checked_mul(ctx.graph, ctx.node, in.shape()[a], repeats[a]);
   }
   Tensor& out = checked_output(ctx, 0, in.dtype(), shape);
   kernels::tile(in.raw_data(), in.shape(), repeats, out.raw_data(), dtype_size(in.dtype()));
@@ -288,8 +270,8 @@ void run_pad(RefOpContext& ctx) {
   std::vector<int64_t> shape(rank);
   std::vector<int64_t> begin(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(rank));
   for (std::size_t a = 0; a < rank; ++a) {
-    shape[a] = checked_add(ctx, in.shape()[a], pads[a]);
-    shape[a] = checked_add(ctx, shape[a], pads[a + rank]);
+    shape[a] = checked_add(ctx.graph, ctx.node, in.shape()[a], pads[a]);
+    shape[a] = checked_add(ctx.graph, ctx.node, shape[a], pads[a + rank]);
     if (mode != kernels::PadMode::kConstant && in.shape()[a] == 0 && shape[a] > 0) {
       ctx.fail(ErrorCode::kShapeMismatch, fmt::format("cannot pad the empty axis {} of {} by "
                                                       "repeating its elements",
@@ -394,15 +376,17 @@ void run_block_transpose(RefOpContext& ctx, bool to_space) {
   if (!to_space) {
     view = {s[0], s[1], s[2] / b, b, s[3] / b, b};
     perm = {0, 3, 5, 1, 2, 4};
-    shape = {s[0], checked_mul(ctx, s[1], b * b), s[2] / b, s[3] / b};
+    shape = {s[0], checked_mul(ctx.graph, ctx.node, s[1], b * b), s[2] / b, s[3] / b};
   } else if (ctx.node.attr_string("mode", "DCR") == "CRD") {
     view = {s[0], s[1] / (b * b), b, b, s[2], s[3]};
     perm = {0, 1, 4, 2, 5, 3};
-    shape = {s[0], s[1] / (b * b), checked_mul(ctx, s[2], b), checked_mul(ctx, s[3], b)};
+    shape = {s[0], s[1] / (b * b), checked_mul(ctx.graph, ctx.node, s[2], b),
+             checked_mul(ctx.graph, ctx.node, s[3], b)};
   } else {
     view = {s[0], b, b, s[1] / (b * b), s[2], s[3]};
     perm = {0, 3, 4, 1, 5, 2};
-    shape = {s[0], s[1] / (b * b), checked_mul(ctx, s[2], b), checked_mul(ctx, s[3], b)};
+    shape = {s[0], s[1] / (b * b), checked_mul(ctx.graph, ctx.node, s[2], b),
+             checked_mul(ctx.graph, ctx.node, s[3], b)};
   }
   Tensor& out = checked_output(ctx, 0, in.dtype(), shape);
   kernels::transpose(in.raw_data(), view, perm, out.raw_data(), dtype_size(in.dtype()));

@@ -1,0 +1,101 @@
+// conv2d_rows on real ResNet-50 and MobileNetV2 layer shapes (224x224 input, batch 1, whole
+// image in one call, one thread), reporting FLOP/s (2 per multiply-add) as a counter.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "f32-conv/conv.h"
+
+namespace {
+
+using sparsecol::kernels::ConvGeometry;
+
+struct Layer {
+  const char* name;
+  int64_t in_c, out_c, in_hw, kernel, stride, groups;
+};
+
+// Padding is (kernel - 1) / 2 throughout both networks.
+const Layer kLayers[] = {
+    {"resnet50/conv1_7x7s2", 3, 64, 224, 7, 2, 1},
+    {"resnet50/l1_1x1_64to64", 64, 64, 56, 1, 1, 1},
+    {"resnet50/l1_3x3_64", 64, 64, 56, 3, 1, 1},
+    {"resnet50/l1_1x1_64to256", 64, 256, 56, 1, 1, 1},
+    {"resnet50/l1_1x1_256to64", 256, 64, 56, 1, 1, 1},
+    {"resnet50/l2_3x3s2_128", 128, 128, 56, 3, 2, 1},
+    {"resnet50/l2_down_1x1s2_256to512", 256, 512, 56, 1, 2, 1},
+    {"resnet50/l2_3x3_128", 128, 128, 28, 3, 1, 1},
+    {"resnet50/l2_1x1_512to128", 512, 128, 28, 1, 1, 1},
+    {"resnet50/l3_3x3_256", 256, 256, 14, 3, 1, 1},
+    {"resnet50/l3_1x1_1024to256", 1024, 256, 14, 1, 1, 1},
+    {"resnet50/l3_1x1_256to1024", 256, 1024, 14, 1, 1, 1},
+    {"resnet50/l4_3x3_512", 512, 512, 7, 3, 1, 1},
+    {"resnet50/l4_1x1_2048to512", 2048, 512, 7, 1, 1, 1},
+    {"mobilenetv2/conv1_3x3s2", 3, 32, 224, 3, 2, 1},
+    {"mobilenetv2/dw_3x3_32_112", 32, 32, 112, 3, 1, 32},
+    {"mobilenetv2/pw_1x1_32to16_112", 32, 16, 112, 1, 1, 1},
+    {"mobilenetv2/pw_1x1_16to96_112", 16, 96, 112, 1, 1, 1},
+    {"mobilenetv2/dw_3x3s2_96_112", 96, 96, 112, 3, 2, 96},
+    {"mobilenetv2/dw_3x3_144_56", 144, 144, 56, 3, 1, 144},
+    {"mobilenetv2/pw_1x1_144to24_56", 144, 24, 56, 1, 1, 1},
+    {"mobilenetv2/dw_3x3s2_144_56", 144, 144, 56, 3, 2, 144},
+    {"mobilenetv2/dw_3x3_192_28", 192, 192, 28, 3, 1, 192},
+    {"mobilenetv2/dw_3x3_384_14", 384, 384, 14, 3, 1, 384},
+    {"mobilenetv2/pw_1x1_64to384_14", 64, 384, 14, 1, 1, 1},
+    {"mobilenetv2/dw_3x3s2_576_14", 576, 576, 14, 3, 2, 576},
+    {"mobilenetv2/dw_3x3_960_7", 960, 960, 7, 3, 1, 960},
+    {"mobilenetv2/pw_1x1_320to1280_7", 320, 1280, 7, 1, 1, 1},
+};
+
+void conv_layer(benchmark::State& state, const Layer& layer) {
+  ConvGeometry g;
+  g.in_c = layer.in_c;
+  g.out_c = layer.out_c;
+  g.in_h = g.in_w = layer.in_hw;
+  g.kernel_h = g.kernel_w = layer.kernel;
+  g.stride_h = g.stride_w = layer.stride;
+  g.pad_top = g.pad_left = (layer.kernel - 1) / 2;
+  g.groups = layer.groups;
+  g.out_h = g.out_w = (layer.in_hw + 2 * g.pad_top - layer.kernel) / layer.stride + 1;
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+  };
+  const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
+  std::vector<float> src = random(g.in_c * g.in_h * g.in_w);
+  const std::vector<float> weight = random(g.out_c * depth);
+  const std::vector<float> bias = random(g.out_c);
+  std::vector<float> dst(g.out_c * g.out_h * g.out_w);
+  const sparsecol::kernels::PackedConv conv(g, weight.data(), bias.data());
+  sparsecol::kernels::Epilogue epilogue;
+  epilogue.post_residual = sparsecol::kernels::Activation::kRelu;
+  std::vector<float> scratch;
+  for (auto _ : state) {
+    sparsecol::kernels::conv2d_rows(conv, {src.data(), 0, g.in_h * g.in_w},
+                                    {dst.data(), 0, g.out_h * g.out_w}, 0, g.out_h, epilogue,
+                                    nullptr, scratch);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * static_cast<double>(g.out_c * g.out_h * g.out_w * depth);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(conv.implementation());
+}
+
+const bool kRegistered = [] {
+  for (const Layer& layer : kLayers) {
+    benchmark::RegisterBenchmark((std::string("conv2d_rows/") + layer.name).c_str(), conv_layer,
+                                 layer)
+        ->Unit(benchmark::kMicrosecond);
+  }
+  return true;
+}();
+
+}  // namespace

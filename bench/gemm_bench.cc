@@ -1,0 +1,107 @@
+// The dense f32 GEMM on the shapes real layers give it, through every micro-kernel this CPU can
+// run: ResNet-50's 1x1 convolutions (A = weights [OC x IC], B = activations [IC x H*W]) and its
+// 3x3 convolutions as im2col GEMMs (K = 9 IC), with the fused bias + Relu; BERT-base's linear
+// layers at 128 tokens (A = activations [128 x K] packed on every call, B = weights [K x N]) with
+// the fused column bias. Counters: GFLOPs (2 M N K per call) and peak_fraction against the
+// measured peak of the micro-kernel's ISA (peak_bench.cc). Single-threaded by contract.
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "f32-gemm/gemm.h"
+#include "f32-gemm/ukernels.h"
+#include "peak.h"
+
+namespace sparsecol::bench {
+namespace {
+
+using kernels::Epilogue;
+using kernels::GemmShape;
+using kernels::GemmUkernel;
+
+struct LayerShape {
+  const char* name;
+  int64_t m, k, n;
+  bool a_is_weight;  // conv: A packed once at load; linear: A = activations, packed per call
+};
+
+constexpr LayerShape kShapes[] = {
+    {"resnet50_conv2_1x1_reduce", 64, 256, 3136, true},
+    {"resnet50_conv2_1x1_expand", 256, 64, 3136, true},
+    {"resnet50_conv3_1x1_reduce", 128, 512, 784, true},
+    {"resnet50_conv4_1x1_expand", 1024, 256, 196, true},
+    {"resnet50_conv5_1x1_reduce", 512, 2048, 49, true},
+    {"resnet50_conv5_1x1_expand", 2048, 512, 49, true},
+    {"resnet50_conv2_3x3_im2col", 64, 576, 3136, true},
+    {"resnet50_conv3_3x3_im2col", 128, 1152, 784, true},
+    {"resnet50_conv4_3x3_im2col", 256, 2304, 196, true},
+    {"resnet50_conv5_3x3_im2col", 512, 4608, 49, true},
+    {"bert_attention_proj_768x768", 128, 768, 768, false},
+    {"bert_ffn_up_768x3072", 128, 768, 3072, false},
+    {"bert_ffn_down_3072x768", 128, 3072, 768, false},
+};
+
+std::vector<float> random_values(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<float> v(count);
+  for (float& x : v) x = value(rng);
+  return v;
+}
+
+void BM_Gemm(benchmark::State& state, LayerShape shape, const GemmUkernel* ukernel) {
+  if (!kernels::isa_available(ukernel->isa)) {
+    state.SkipWithError(("ISA not available: " + kernels::isa_reason()).c_str());
+    return;
+  }
+  const std::vector<float> a = random_values(shape.m * shape.k, 1);
+  const std::vector<float> b = random_values(shape.k * shape.n, 2);
+  const std::vector<float> bias = random_values(std::max(shape.m, shape.n), 3);
+  std::vector<float> c(shape.m * shape.n);
+  Epilogue epilogue;
+  if (shape.a_is_weight) {
+    epilogue.row_bias = bias.data();
+    epilogue.post_residual = kernels::Activation::kRelu;
+  } else {
+    epilogue.col_bias = bias.data();
+  }
+  std::vector<float> packed(kernels::packed_a_size(shape.m, shape.k, ukernel->mr));
+  kernels::pack_a_panels(a.data(), shape.m, shape.k, shape.k, ukernel->mr, packed.data());
+  std::vector<float> scratch;
+  for (auto _ : state) {
+    if (shape.a_is_weight) {
+      kernels::gemm_packed_with_ukernel(*ukernel, packed.data(), shape.m, shape.k, b.data(),
+                                        shape.n, c.data(), shape.n, shape.n, epilogue);
+    } else {
+      kernels::gemm_with_ukernel(*ukernel, GemmShape{shape.m, shape.n, shape.k}, a.data(), shape.k,
+                                 b.data(), shape.n, c.data(), shape.n, epilogue, scratch);
+    }
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * shape.m * shape.n * shape.k;
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  // (calls / s) x (flops / call) / (peak flops / s).
+  const double peak = measured_peak_gflops(ukernel->isa) * 1e9;
+  state.counters["peak_fraction"] =
+      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// One benchmark per (shape, micro-kernel): a kernel added to ukernels.h is benchmarked here.
+const bool kRegistered = [] {
+  for (const LayerShape& shape : kShapes) {
+    for (const GemmUkernel& u : kernels::gemm_ukernels()) {
+      const std::string name = std::string("gemm/") + shape.name + "/M" + std::to_string(shape.m) +
+                               "_K" + std::to_string(shape.k) + "_N" + std::to_string(shape.n) +
+                               "/" + u.name;
+      benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, shape, &u)->Unit(benchmark::kMicrosecond);
+    }
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace sparsecol::bench

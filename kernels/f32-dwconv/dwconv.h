@@ -1,0 +1,32 @@
+// f32 depthwise 2-D convolution (groups == in_c == out_c) on NCHW activations, computing a range
+// of output rows of one image.
+//
+// Layout: weight is [C x KH*KW] (ONNX's [C, 1, KH, KW]); src/dst/residual are PlaneViews (see
+// f32-conv/conv.h), so a tile buffer that holds only some rows works. A depthwise layer does 9
+// multiply-adds per output pixel, so it is bound by memory and by data movement, not by FMAs:
+// per channel, the needed input rows are copied once into a zero-padded scratch block whose
+// rows are split into `stride` phases (even/odd columns for stride 2), after which every tap is
+// one contiguous, unaligned vector load and one FMA per vector of outputs (16 on AVX-512, 4 on
+// the portable path); no bounds test is left in the inner loop. Any kernel size, stride, dilation
+// and padding is served; 3x3 stride 1 and 2 (MobileNetV2) are the shapes it is tuned for.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "epilogue.h"
+#include "f32-conv/conv.h"
+#include "isa.h"
+
+namespace sparsecol::kernels {
+
+// Output rows [oh_begin, oh_end) of every channel. `weight` is [C x KH*KW], `bias` has C values
+// (may be nullptr). The epilogue's row_bias and residual pointer are ignored: bias comes from
+// `bias`, the residual (when `residual` is not nullptr) through its PlaneView. `isa` is capped at
+// active_isa(). Single-threaded; `scratch` grows as needed.
+void dwconv2d_rows(const ConvGeometry& g, const float* weight, const float* bias,
+                   const PlaneView& src, const PlaneView& dst, int64_t oh_begin, int64_t oh_end,
+                   const Epilogue& epilogue, const PlaneView* residual, std::vector<float>& scratch,
+                   Isa isa = active_isa());
+
+}  // namespace sparsecol::kernels

@@ -1,0 +1,40 @@
+// f32 element-wise kernels over a range of rows: binary arithmetic with the broadcasts that
+// occur in the models (same shape, scalar, vector along the last axis, one value per row) and
+// unary activations.
+//
+// Layout: a region is `rows` rows of `n` values; dst rows are `dst_ld` apart. Each operand is a
+// pointer plus two strides that express its broadcast without materializing it:
+//   same shape             {p, row_stride = ld, column_stride = 1}
+//   vector along last axis {p, row_stride = 0,  column_stride = 1}   (bias, attention mask row)
+//   scalar                 {p, row_stride = 0,  column_stride = 0}
+//   one value per row      {p, row_stride = 1,  column_stride = 0}
+// The executor maps an ONNX broadcast onto rows x n (n = the last dims the operands share) and
+// offsets the pointers to the first row of its region.
+#pragma once
+
+#include <cstdint>
+
+#include "isa.h"
+
+namespace sparsecol::kernels {
+
+enum class BinaryKind { kAdd, kSub, kMul, kDiv };
+
+struct RowOperand {
+  const float* data = nullptr;
+  int64_t row_stride = 0;     // floats between rows; 0 repeats one row
+  int64_t column_stride = 1;  // 1 (contiguous) or 0 (one value repeated along the row)
+};
+
+// dst[r][j] = a[r][j] op b[r][j]. dst may alias a same-shape operand. `isa` is capped at
+// active_isa().
+void binary_rows(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
+                 int64_t dst_ld, int64_t rows, int64_t n, Isa isa = active_isa());
+
+enum class UnaryKind { kRelu, kClip, kGelu, kSigmoid, kTanh, kErf, kExp, kSqrt, kNeg };
+
+// dst[r][j] = f(src[r][j]); kClip uses [lo, hi]. kGelu is the erf form (PyTorch nn.GELU()).
+void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
+                int64_t rows, int64_t n, float lo = 0.0f, float hi = 0.0f, Isa isa = active_isa());
+
+}  // namespace sparsecol::kernels

@@ -1,0 +1,119 @@
+// The element-wise bodies, compiled once per ISA by eltwise_portable.cc and eltwise_avx512.cc
+// (see simd.h for why one body serves both).
+#pragma once
+
+#include <immintrin.h>
+
+#include "f32-eltwise/eltwise.h"
+#include "f32-eltwise/simd.h"
+
+namespace sparsecol::kernels {
+namespace {
+
+inline Vec vsqrt(Vec x) {
+#ifdef __AVX512F__
+  // The intrinsic, not a GCC builtin: clang builds (fuzz, TSan) too. The zero-masked form with a
+  // full mask, because _mm512_sqrt_ps's _mm512_undefined_ps() trips GCC 12's
+  // -Wmaybe-uninitialized.
+  return _mm512_maskz_sqrt_ps(0xFFFF, x);
+#else
+  return _mm_sqrt_ps(x);  // SSE: the portable path's 4 lanes
+#endif
+}
+
+// Applies `fn` to every kLanes-value chunk of a row of n values; the last chunk may be partial.
+template <typename Fn>
+inline void for_each_chunk(int64_t n, Fn&& fn) {
+  for (int64_t i = 0; i < n; i += kLanes) fn(i, n - i < kLanes ? n - i : kLanes);
+}
+
+inline Vec operand_chunk(const float* row, bool contiguous, int64_t i, int64_t count) {
+  if (!contiguous) return splat(row[0]);
+  return count == kLanes ? load(row + i) : load_partial(row + i, count);
+}
+
+template <BinaryKind kKind>
+inline Vec binary_op(Vec a, Vec b) {
+  if constexpr (kKind == BinaryKind::kAdd) return a + b;
+  if constexpr (kKind == BinaryKind::kSub) return a - b;
+  if constexpr (kKind == BinaryKind::kMul) return a * b;
+  if constexpr (kKind == BinaryKind::kDiv) return a / b;
+}
+
+template <BinaryKind kKind>
+inline void binary_rows_for(const RowOperand& a, const RowOperand& b, float* dst, int64_t dst_ld,
+                            int64_t rows, int64_t n) {
+  const bool a_contiguous = a.column_stride != 0, b_contiguous = b.column_stride != 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a_row = a.data + r * a.row_stride;
+    const float* b_row = b.data + r * b.row_stride;
+    float* y = dst + r * dst_ld;
+    for_each_chunk(n, [&](int64_t i, int64_t count) {
+      const Vec v = binary_op<kKind>(operand_chunk(a_row, a_contiguous, i, count),
+                                     operand_chunk(b_row, b_contiguous, i, count));
+      if (count == kLanes) {
+        store(y + i, v);
+      } else {
+        store_partial(y + i, v, count);
+      }
+    });
+  }
+}
+
+inline void binary_rows_impl(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
+                             int64_t dst_ld, int64_t rows, int64_t n) {
+  switch (kind) {
+    case BinaryKind::kAdd:
+      return binary_rows_for<BinaryKind::kAdd>(a, b, dst, dst_ld, rows, n);
+    case BinaryKind::kSub:
+      return binary_rows_for<BinaryKind::kSub>(a, b, dst, dst_ld, rows, n);
+    case BinaryKind::kMul:
+      return binary_rows_for<BinaryKind::kMul>(a, b, dst, dst_ld, rows, n);
+    case BinaryKind::kDiv:
+      return binary_rows_for<BinaryKind::kDiv>(a, b, dst, dst_ld, rows, n);
+  }
+}
+
+template <typename Fn>
+inline void unary_rows_for(const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
+                           int64_t rows, int64_t n, Fn fn) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = src + r * src_ld;
+    float* y = dst + r * dst_ld;
+    for_each_chunk(n, [&](int64_t i, int64_t count) {
+      if (count == kLanes) {
+        store(y + i, fn(load(x + i)));
+      } else {
+        store_partial(y + i, fn(load_partial(x + i, count)), count);
+      }
+    });
+  }
+}
+
+inline void unary_rows_impl(UnaryKind kind, const float* src, int64_t src_ld, float* dst,
+                            int64_t dst_ld, int64_t rows, int64_t n, float lo, float hi) {
+  auto run = [&](auto fn) { unary_rows_for(src, src_ld, dst, dst_ld, rows, n, fn); };
+  switch (kind) {
+    case UnaryKind::kRelu:
+      return run([](Vec x) { return vmax(x, splat(0.0f)); });
+    case UnaryKind::kClip:
+      return run([lo, hi](Vec x) { return vmin(vmax(x, splat(lo)), splat(hi)); });
+    case UnaryKind::kGelu:
+      return run([](Vec x) { return vgelu(x); });
+    case UnaryKind::kSigmoid:
+      return run([](Vec x) { return vsigmoid(x); });
+    case UnaryKind::kTanh:
+      return run([](Vec x) { return vtanh(x); });
+    case UnaryKind::kErf:
+      return run([](Vec x) { return verf(x); });
+    case UnaryKind::kExp:
+      return run([](Vec x) { return vexp(x); });
+    case UnaryKind::kSqrt:
+      return run([](Vec x) { return vsqrt(x); });
+    case UnaryKind::kNeg:
+      return run([](Vec x) { return -x; });
+  }
+}
+
+}  // namespace
+}  // namespace sparsecol::kernels

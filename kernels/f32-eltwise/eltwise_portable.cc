@@ -1,0 +1,32 @@
+// Element-wise kernels compiled for the baseline ISA, and the ISA dispatch: see eltwise.h.
+#include "f32-eltwise/eltwise_impl.h"
+
+namespace sparsecol::kernels {
+namespace detail {
+
+void binary_rows_avx512(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
+                        int64_t dst_ld, int64_t rows, int64_t n);
+void unary_rows_avx512(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
+                       int64_t rows, int64_t n, float lo, float hi);
+
+}  // namespace detail
+
+void binary_rows(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
+                 int64_t dst_ld, int64_t rows, int64_t n, Isa isa) {
+  if (isa == Isa::kAvx512 && active_isa() == Isa::kAvx512) {
+    detail::binary_rows_avx512(kind, a, b, dst, dst_ld, rows, n);
+  } else {
+    binary_rows_impl(kind, a, b, dst, dst_ld, rows, n);
+  }
+}
+
+void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
+                int64_t rows, int64_t n, float lo, float hi, Isa isa) {
+  if (isa == Isa::kAvx512 && active_isa() == Isa::kAvx512) {
+    detail::unary_rows_avx512(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
+  } else {
+    unary_rows_impl(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
+  }
+}
+
+}  // namespace sparsecol::kernels

@@ -1,0 +1,150 @@
+// f32 vector helpers (GCC/Clang generic vectors) shared by the non-GEMM kernel families.
+//
+// Why generic vectors: one kernel body serves both ISA paths. A `*_avx512.cc` file compiles it
+// with 16 lanes to zmm instructions; a `*_portable.cc` file (x86-64-v2) compiles the same source
+// with 4 lanes to SSE. Every line of a kernel body is lane-count generic, so the portable path,
+// which every machine can test, exercises the logic the AVX-512 path runs. Everything here (and
+// in every `*_impl.h` that includes it) lives in an anonymous namespace: each translation unit
+// gets its own copy compiled with its own flags, and the linker can never hand the portable path
+// an AVX-512 body (an ODR trap otherwise).
+// Include only from .cc files.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "epilogue.h"
+#include "f32-gemm/gemm.h"
+
+namespace sparsecol::kernels {
+namespace {
+
+// A zmm register on the AVX-512 path, an xmm register on the portable one (a wider generic
+// vector there would be split anyway, and GCC warns that passing it changes the ABI).
+#ifdef __AVX512F__
+constexpr int64_t kLanes = 16;
+#else
+constexpr int64_t kLanes = 4;
+#endif
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t IVec __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+// The first `count` (< kLanes) lanes from p, zeros elsewhere; stores likewise write `count` lanes.
+inline Vec load_partial(const float* p, int64_t count) {
+  Vec v = {};
+  std::memcpy(&v, p, static_cast<std::size_t>(count) * sizeof(float));
+  return v;
+}
+inline void store_partial(float* p, Vec v, int64_t count) {
+  std::memcpy(p, &v, static_cast<std::size_t>(count) * sizeof(float));
+}
+inline Vec splat(float x) { return Vec{} + x; }
+// v with lanes `count` and above replaced by `fill`.
+inline Vec keep_first(Vec v, int64_t count, float fill) {
+  IVec lane;
+  for (int i = 0; i < kLanes; ++i) lane[i] = i;
+  return lane < static_cast<int32_t>(count) ? v : splat(fill);
+}
+// a * b + c, fused where the ISA has FMA (ISO C++ mode does not contract a * b + c by itself).
+inline Vec fmadd(Vec a, Vec b, Vec c) {
+#ifdef __AVX512F__
+  return __builtin_ia32_vfmaddps512_mask(a, b, c, -1, 4);
+#else
+  return a * b + c;
+#endif
+}
+inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
+inline Vec vmin(Vec a, Vec b) { return a < b ? a : b; }
+inline float reduce_add(Vec v) {
+  float s = 0.0f;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+inline float reduce_max(Vec v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+// exp(x): x = n ln2 + r with |r| <= ln2/2 (Cody-Waite: ln2 split in a high part exact in float
+// and a low correction), exp(r) by its degree-6 Taylor polynomial (truncation error r^7/7! <
+// 1.3e-7 relative), 2^n built in the exponent bits. Inputs are clamped to [-87.3, 88.3], where
+// 2^n stays a normal float: below, the result is ~1e-38 instead of a denormal or 0.
+inline Vec vexp(Vec x) {
+  x = vmin(vmax(x, splat(-87.3f)), splat(88.3f));
+  // Round x / ln2 to nearest: adding 1.5 * 2^23 pushes the fraction bits out.
+  const Vec shifter = splat(12582912.0f);
+  const Vec n = (x * 1.44269504088896341f + shifter) - shifter;
+  const Vec r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  Vec p = splat(1.0f / 720.0f);
+  p = fmadd(p, r, splat(1.0f / 120.0f));
+  p = fmadd(p, r, splat(1.0f / 24.0f));
+  p = fmadd(p, r, splat(1.0f / 6.0f));
+  p = fmadd(p, r, splat(0.5f));
+  p = fmadd(p, r, splat(1.0f));
+  p = fmadd(p, r, splat(1.0f));
+  const IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
+  return p * std::bit_cast<Vec>(bits);
+}
+
+// erf(x), Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7 absolute, odd symmetry.
+inline Vec verf(Vec x) {
+  const Vec ax = vmax(x, -x);
+  const Vec t = 1.0f / (1.0f + 0.3275911f * ax);
+  Vec p = splat(1.061405429f);
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const Vec y = 1.0f - p * t * vexp(-ax * ax);
+  return x < 0.0f ? -y : y;
+}
+
+inline Vec vgelu(Vec x) { return 0.5f * x * (1.0f + verf(x * 0.70710678118654752f)); }
+inline Vec vsigmoid(Vec x) { return 1.0f / (1.0f + vexp(-x)); }
+// tanh(x) = 1 - 2 / (exp(2x) + 1): absolute error ~1e-7 (relative error grows as x -> 0).
+inline Vec vtanh(Vec x) { return 1.0f - 2.0f / (vexp(2.0f * x) + 1.0f); }
+
+inline Vec vactivation(Activation act, Vec x, float lo, float hi) {
+  switch (act) {
+    case Activation::kNone:
+      return x;
+    case Activation::kRelu:
+      return vmax(x, splat(0.0f));
+    case Activation::kClip:
+      return vmin(vmax(x, splat(lo)), splat(hi));
+    case Activation::kGelu:
+      return vgelu(x);
+  }
+  return x;
+}
+
+// The conv epilogue on one output row whose accumulators (bias included) are in `acc`, padded
+// to a multiple of kLanes: dst = post(residual + pre(acc)). `residual` may be nullptr.
+inline void epilogue_row(const float* acc, int64_t n, const Epilogue& e, const float* residual,
+                         float* dst) {
+  for (int64_t x = 0; x < n; x += kLanes) {
+    const int64_t count = n - x < kLanes ? n - x : kLanes;
+    Vec v = vactivation(e.pre_residual, load(acc + x), e.clip_min, e.clip_max);
+    if (residual != nullptr) {
+      v += count == kLanes ? load(residual + x) : load_partial(residual + x, count);
+    }
+    v = vactivation(e.post_residual, v, e.clip_min, e.clip_max);
+    if (count == kLanes) {
+      store(dst + x, v);
+    } else {
+      store_partial(dst + x, v, count);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sparsecol::kernels

@@ -1,0 +1,59 @@
+// f32 GEMM with a fused epilogue: C[M x N] = epilogue(A[M x K] * B[K x N]), row-major.
+//
+// The one dense matrix kernel: 1x1 convolutions (A = weights [OC x IC], B = activations
+// [IC x H*W] in NCHW), KxK convolutions after im2col, and linear layers / MatMul
+// (A = activations [tokens x K], B = weights [K x N]). A kernel computes whatever sub-matrix
+// it is handed, so a caller computes a region (a range of C's columns = pixels, or rows =
+// tokens) by offsetting the pointers: that is the region interface the schedules share.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "epilogue.h"
+#include "isa.h"
+
+namespace sparsecol::kernels {
+
+// A weight matrix (the A operand) packed once at load into the layout the active ISA's
+// micro-kernel streams. Immutable after packing: shared by all threads.
+class PackedA {
+ public:
+  // Packs for active_isa().
+  PackedA(const float* a, int64_t m, int64_t k, int64_t lda);
+  // Packs for a given ISA (tests run every path); throws Error(kInvalidArgument) if this CPU
+  // cannot run it.
+  PackedA(const float* a, int64_t m, int64_t k, int64_t lda, Isa isa);
+  int64_t rows() const { return m_; }
+  int64_t depth() const { return k_; }
+  const float* data() const { return data_.get(); }
+  Isa isa() const { return isa_; }
+
+ private:
+  int64_t m_, k_;
+  Isa isa_;
+  std::shared_ptr<float[]> data_;
+};
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// C = epilogue(A * B) with A pre-packed. Single-threaded: callers split regions across threads.
+void gemm_packed(const PackedA& a, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t n,
+                 const Epilogue& epilogue);
+
+// C = epilogue(A * B) with A and B both plain row-major (A packed on the fly into `scratch`,
+// which grows as needed). Single-threaded.
+void gemm(const GemmShape& shape, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc, const Epilogue& epilogue, std::vector<float>& scratch);
+
+// The naive reference every path is tested against (double accumulation).
+void gemm_reference(const GemmShape& shape, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float* c, int64_t ldc, const Epilogue& epilogue);
+
+// Shared by every kernel family: the activation functions of kernels::Activation.
+float apply_activation(Activation act, float x, float clip_min, float clip_max);
+
+}  // namespace sparsecol::kernels

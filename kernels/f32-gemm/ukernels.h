@@ -1,0 +1,107 @@
+// The f32 GEMM micro-kernels: the one list that selection, tests and benchmarks all read.
+//
+// A micro-kernel computes one MR x NR tile of C from an A panel packed k-major (k steps of MR
+// consecutive floats, rows past the matrix zero-padded, see pack_a_panels) and NR-wide rows of
+// B read in place at stride ldb. It handles a partial tile (m < MR rows, n < NR columns) itself,
+// writing only the valid part, and applies the epilogue to its registers before the store.
+// The driver in gemm.cc blocks K, M and N around it for the caches.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "epilogue.h"
+#include "f32-gemm/gemm.h"
+#include "isa.h"
+
+namespace sparsecol::kernels {
+
+struct GemmUkernelArgs {
+  int64_t k = 0;             // depth of this call (one block of K; may be 0)
+  const float* a = nullptr;  // packed panel: k steps of MR floats
+  const float* b = nullptr;  // k rows of at least n valid floats, ldb apart
+  int64_t ldb = 0;
+  float* c = nullptr;  // the tile's top-left element
+  int64_t ldc = 0;
+  int64_t m = 0, n = 0;                // valid rows (<= MR) and columns (<= NR)
+  bool accumulate = false;             // add C's current contents (every block of K but the first)
+  const Epilogue* epilogue = nullptr;  // applied when set (last block of K); its pointers already
+                                       // address this tile's first row and column
+};
+
+using GemmUkernelFn = void (*)(const GemmUkernelArgs& args);
+
+struct GemmUkernel {
+  const char* name;
+  Isa isa;
+  int mr, nr;
+  GemmUkernelFn fn;
+};
+
+// name, ISA, MR, NR. Within an ISA the first entry is the one selection uses; the others are
+// alternatives kept tested and benchmarked (bench/gemm_bench.cc compares them).
+//  - 8x32 avx512: 16 zmm accumulators, 2 FMA pipes x 4-cycle latency (Zen 5) need >= 8 in flight;
+//    a KC=256 B strip (256 x 32 floats = 32 KiB) stays in the 48 KiB L1 across the A panels.
+//  - 6x64 avx512: 24 accumulators, fewer loads per FMA (10 per 24 instead of 10 per 16), but its
+//    B strip needs KC <= 128 to fit L1 and it wastes more on narrow N tails.
+//  - 4x8 portable: x86-64-v2 has 16 xmm registers: 8 accumulators + 2 B vectors + a broadcast.
+#define SPARSECOL_F32_GEMM_UKERNELS(X)          \
+  X(f32_gemm_8x32__avx512, Isa::kAvx512, 8, 32) \
+  X(f32_gemm_6x64__avx512, Isa::kAvx512, 6, 64) \
+  X(f32_gemm_4x8__portable, Isa::kPortable, 4, 8)
+
+#define SPARSECOL_DECLARE_UKERNEL(name, isa, mr, nr) void name(const GemmUkernelArgs& args);
+SPARSECOL_F32_GEMM_UKERNELS(SPARSECOL_DECLARE_UKERNEL)
+#undef SPARSECOL_DECLARE_UKERNEL
+
+// Every micro-kernel, in list order.
+std::span<const GemmUkernel> gemm_ukernels();
+// The micro-kernel selection uses for `isa` (the first of that ISA in the list).
+const GemmUkernel& default_gemm_ukernel(Isa isa);
+// Whether this CPU may run `isa` (the active ISA or a lower one).
+bool isa_available(Isa isa);
+
+// Packs rows [0, m) of A (m x k, row-major, lda) into ceil(m / mr) panels of k x mr floats,
+// zero-padding the last panel; dst holds packed_a_size(m, k, mr) floats.
+int64_t packed_a_size(int64_t m, int64_t k, int mr);
+void pack_a_panels(const float* a, int64_t m, int64_t k, int64_t lda, int mr, float* dst);
+
+// C = epilogue(A * B) through one given micro-kernel (tests and benchmarks; `gemm` picks
+// default_gemm_ukernel(active_isa())). A is packed into `scratch`.
+void gemm_with_ukernel(const GemmUkernel& ukernel, const GemmShape& shape, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                       const Epilogue& epilogue, std::vector<float>& scratch);
+// The blocked driver over A already packed for `ukernel`.
+void gemm_packed_with_ukernel(const GemmUkernel& ukernel, const float* packed_a, int64_t m,
+                              int64_t k, const float* b, int64_t ldb, float* c, int64_t ldc,
+                              int64_t n, const Epilogue& epilogue);
+
+// erf(x) for the GELU epilogue: x * P(x^2) / Q(x^2) on [-kErfClamp, kErfClamp], +-1 beyond
+// (erf(3.92) = 1 - 3e-8). Coefficients fitted (weighted least squares, iterated towards minimax)
+// for this file; max abs error 4.5e-7 evaluated in float (tests check it against std::erf).
+inline constexpr float kErfClamp = 3.92f;
+inline constexpr float kErfP[6] = {1.128378987312317f,    0.19273582100868225f,
+                                   0.05305678769946098f,  0.003867123508825898f,
+                                   0.000287453003693372f, 2.0349607439129613e-06f};
+inline constexpr float kErfQ[6] = {1.0f,
+                                   0.5041393637657166f,
+                                   0.11507298052310944f,
+                                   0.015169893391430378f,
+                                   0.0011878241784870625f,
+                                   3.807160464930348e-05f};
+
+// The scalar form of the same approximation (the portable path; vectorizes under -O3).
+inline float erf_rational(float x) {
+  const float xc = x < -kErfClamp ? -kErfClamp : (x > kErfClamp ? kErfClamp : x);
+  const float t = xc * xc;
+  float p = kErfP[5], q = kErfQ[5];
+  for (int i = 4; i >= 0; --i) {
+    p = p * t + kErfP[i];
+    q = q * t + kErfQ[i];
+  }
+  return xc * p / q;
+}
+
+}  // namespace sparsecol::kernels

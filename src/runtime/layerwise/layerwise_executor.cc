@@ -1,0 +1,181 @@
+// The layer-by-layer schedule: every node in order over whole tensors, each on its fast kernel
+// (steps.h) split over an OpenMP team, every intermediate in one arena planned at build
+// (plan/memory_plan.h). Nothing is allocated per run but the outputs handed to the caller.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "plan/memory_plan.h"
+#include "runtime/executor.h"
+#include "runtime/layerwise/steps.h"
+
+namespace sparsecol::runtime {
+
+namespace {
+
+bool verbose_from_env() {
+  const char* v = std::getenv("SPARSECOL_VERBOSE");
+  return v != nullptr && std::strcmp(v, "0") != 0 && *v != '\0';
+}
+
+class LayerwiseExecutor final : public Executor {
+ public:
+  LayerwiseExecutor(graph::Graph graph, int threads)
+      : graph_(std::move(graph)), threads_(std::max(1, threads)) {
+    if (threads < 1) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("layerwise: threads must be >= 1, got {}", threads));
+    }
+    tensors_.resize(graph_.values.size());
+    scratch_.resize(static_cast<std::size_t>(threads_));
+    const bool verbose = verbose_from_env();
+    choose_steps(verbose);
+    plan_buffers(verbose);
+  }
+
+  NamedTensors run(const NamedTensors& inputs) override {
+    for (int v : graph_.inputs) {
+      tensors_[static_cast<std::size_t>(v)] = inputs.at(value(v).name);
+    }
+    for (int v : owned_outputs_) {
+      tensors_[static_cast<std::size_t>(v)] = Tensor::zeros(value(v).dtype, dims(v));
+    }
+    layerwise::RunContext ctx{tensors_, threads_, scratch_};
+    for (auto& step : steps_) step->run(ctx);
+    NamedTensors outputs;
+    for (int v : graph_.outputs) {
+      const Tensor& t = tensors_[static_cast<std::size_t>(v)];
+      // Caller inputs and constants are shared storage: hand out a copy the caller owns.
+      outputs[value(v).name] = root_[static_cast<std::size_t>(v)] == kOwned ? t : t.clone();
+    }
+    // Drop this run's references: the caller's inputs, the outputs now owned by the caller.
+    for (int v : graph_.inputs) tensors_[static_cast<std::size_t>(v)] = Tensor();
+    for (int v : owned_outputs_) tensors_[static_cast<std::size_t>(v)] = Tensor();
+    return outputs;
+  }
+
+ private:
+  // root_ of a value that is not in the arena.
+  static constexpr int kNotPlanned = -1;  // constant or caller input
+  static constexpr int kOwned = -2;       // graph output, allocated per run
+
+  const graph::Value& value(int id) const { return graph_.values[static_cast<std::size_t>(id)]; }
+  std::vector<int64_t> dims(int id) const {
+    const graph::Value& v = value(id);
+    auto d = v.shape ? graph::concrete(*v.shape) : std::nullopt;
+    if (!d || !v.dtype_known) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("layerwise: value '{}' has no concrete shape", v.name));
+    }
+    return *d;
+  }
+  bool is_graph_output(int id) const {
+    return std::find(graph_.outputs.begin(), graph_.outputs.end(), id) != graph_.outputs.end();
+  }
+
+  // One step per node: a zero-copy view, the fast kernel, or the reference op.
+  void choose_steps(bool verbose) {
+    root_.assign(graph_.values.size(), kNotPlanned);
+    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
+      if (graph_.values[v].producer >= 0 && !graph_.values[v].constant) {
+        root_[v] = is_graph_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
+      }
+    }
+    for (const graph::Node& node : graph_.nodes) {
+      std::unique_ptr<layerwise::Step> step;
+      std::string why_not;
+      if (layerwise::is_view_op(graph_, node) && !is_graph_output(node.outputs[0])) {
+        step = layerwise::make_view_step(graph_, node);
+        // The view shares its input's bytes: plan them as one buffer.
+        root_[static_cast<std::size_t>(node.outputs[0])] =
+            root_[static_cast<std::size_t>(node.input(0))];
+        if (root_[static_cast<std::size_t>(node.outputs[0])] < 0) {
+          root_[static_cast<std::size_t>(node.outputs[0])] = kNotPlanned;
+        }
+      } else {
+        step = layerwise::make_fast_step(graph_, node, &why_not);
+        if (step == nullptr) step = layerwise::make_reference_step(graph_, node);
+      }
+      if (verbose) {
+        std::fprintf(stderr, "layerwise: %s '%s': %s%s\n", node.op_type.c_str(), node.name.c_str(),
+                     step->implementation().c_str(),
+                     why_not.empty() ? "" : fmt::format(" ({})", why_not).c_str());
+      }
+      steps_.push_back(std::move(step));
+    }
+    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
+      if (graph_.values[v].constant) tensors_[v] = *graph_.values[v].constant;
+      if (root_[v] == kOwned) owned_outputs_.push_back(static_cast<int>(v));
+    }
+  }
+
+  // Lifetimes of the arena buffers (a view extends its root's), then one offset each.
+  void plan_buffers(bool verbose) {
+    std::vector<int> buffer_of(graph_.values.size(), -1);
+    std::vector<int> buffer_values;
+    std::vector<plan::BufferRequest> requests;
+    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
+      if (root_[v] != static_cast<int>(v)) continue;
+      const int step = graph_.values[v].producer;
+      const auto size =
+          static_cast<int64_t>(checked_numel(dims(static_cast<int>(v))) *
+                               static_cast<int64_t>(dtype_size(graph_.values[v].dtype)));
+      buffer_of[v] = static_cast<int>(requests.size());
+      buffer_values.push_back(static_cast<int>(v));
+      requests.push_back({size, step, step});
+    }
+    for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
+      for (int v : graph_.nodes[n].inputs) {
+        if (v < 0 || root_[static_cast<std::size_t>(v)] < 0) continue;
+        plan::BufferRequest& r = requests[static_cast<std::size_t>(
+            buffer_of[static_cast<std::size_t>(root_[static_cast<std::size_t>(v)])])];
+        r.last_step = std::max(r.last_step, static_cast<int>(n));
+      }
+    }
+    const plan::MemoryPlan plan = plan::plan_memory(requests);
+    arena_size_ = plan.arena_size;
+    arena_.reset(arena_size_ > 0 ? static_cast<std::byte*>(::operator new(
+                                       static_cast<std::size_t>(arena_size_), kAlignment))
+                                 : nullptr);
+    for (std::size_t b = 0; b < buffer_values.size(); ++b) {
+      const int v = buffer_values[b];
+      tensors_[static_cast<std::size_t>(v)] =
+          Tensor::view(arena_.get() + plan.offsets[b], value(v).dtype, dims(v));
+    }
+    if (verbose) {
+      int64_t total = 0;
+      for (const plan::BufferRequest& r : requests) total += r.size;
+      std::fprintf(stderr,
+                   "layerwise: %zu buffers, arena %.1f MiB (%.1f MiB without reuse), %d threads\n",
+                   requests.size(), static_cast<double>(arena_size_) / (1 << 20),
+                   static_cast<double>(total) / (1 << 20), threads_);
+    }
+  }
+
+  static constexpr std::align_val_t kAlignment{64};
+  struct ArenaDelete {
+    void operator()(std::byte* p) const { ::operator delete(p, kAlignment); }
+  };
+
+  graph::Graph graph_;
+  int threads_;
+  std::vector<Tensor> tensors_;  // by value id: arena views, constants, inputs/outputs per run
+  std::vector<int> root_;        // value id whose buffer a value lives in, or kNotPlanned/kOwned
+  std::vector<int> owned_outputs_;
+  std::vector<std::unique_ptr<layerwise::Step>> steps_;  // one per node, in order
+  std::unique_ptr<std::byte, ArenaDelete> arena_;
+  int64_t arena_size_ = 0;
+  std::vector<std::vector<float>> scratch_;  // one per thread, grown by the kernels
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_layerwise_executor(graph::Graph graph, int threads) {
+  return std::make_unique<LayerwiseExecutor>(std::move(graph), threads);
+}
+
+}  // namespace sparsecol::runtime

@@ -1,0 +1,46 @@
+// The per-node implementations of the layer-by-layer schedule. At build the executor asks
+// make_fast_step() for each node; a fast step binds the node to the optimized kernels
+// (kernels/f32-*) and splits its output into regions run by an OpenMP team. Where none fits
+// (an op, a dtype, a broadcast or an epilogue the kernels do not cover) the node falls back to
+// its reference op, writing into the same preplanned buffers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace sparsecol::runtime::layerwise {
+
+// What a step sees at run time. Every value's tensor is bound before the step runs: arena
+// views, caller inputs, constants, owned graph outputs, aliases.
+struct RunContext {
+  std::vector<Tensor>& tensors;              // by value id
+  int threads = 1;                           // OpenMP team size
+  std::vector<std::vector<float>>& scratch;  // one growable buffer per thread
+};
+
+class Step {
+ public:
+  virtual ~Step() = default;
+  virtual void run(RunContext& ctx) = 0;
+  // What runs, e.g. "conv gemm-1x1/avx512" or "reference"; printed by SPARSECOL_VERBOSE=1.
+  virtual std::string implementation() const = 0;
+};
+
+// The node's fast implementation, or nullptr with `why_not` saying why none serves it. The
+// graph is specialized: every shape is concrete.
+std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Node& node,
+                                     std::string* why_not);
+
+// The reference op into preallocated outputs (zero-filled first, as evaluate_node hands them),
+// then the node's epilogue. Throws Error(kUnsupported) when the op has no reference either.
+std::unique_ptr<Step> make_reference_step(const graph::Graph& graph, const graph::Node& node);
+
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity: the output is the input's bytes under
+// another shape. True when `node` can be run that way.
+bool is_view_op(const graph::Graph& graph, const graph::Node& node);
+std::unique_ptr<Step> make_view_step(const graph::Graph& graph, const graph::Node& node);
+
+}  // namespace sparsecol::runtime::layerwise

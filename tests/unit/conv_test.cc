@@ -1,0 +1,314 @@
+// The fast convolution (kernels/f32-conv, with f32-dwconv and f32-gemm underneath) against the
+// naive reference convolution, over the layer shapes of ResNet-50 and MobileNetV2 and over
+// randomized geometries (kernel, stride, padding, dilation, groups), fused epilogues, and
+// output row ranges computed both into whole tensors and into tile buffers that hold only the
+// rows a tile needs (the depth-wise schedule's case).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "f32-conv/conv.h"
+#include "f32-dwconv/dwconv.h"
+#include "f32-gemm/gemm.h"
+#include "reference/conv.h"
+#include "sparsecol/sparsecol.h"
+
+namespace sparsecol::testing {
+namespace {
+
+using kernels::Activation;
+using kernels::ConvGeometry;
+using kernels::Epilogue;
+using kernels::PlaneView;
+
+struct ConvCase {
+  std::string name;
+  int64_t in_c, out_c, in_h, in_w, kernel, stride, pad, dilation, groups;
+};
+
+void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+
+ConvGeometry make_geometry(const ConvCase& c) {
+  ConvGeometry g;
+  g.in_c = c.in_c;
+  g.out_c = c.out_c;
+  g.in_h = c.in_h;
+  g.in_w = c.in_w;
+  g.kernel_h = g.kernel_w = c.kernel;
+  g.stride_h = g.stride_w = c.stride;
+  g.pad_top = g.pad_left = c.pad;
+  g.dilation_h = g.dilation_w = c.dilation;
+  g.groups = c.groups;
+  const int64_t span = c.dilation * (c.kernel - 1) + 1;
+  g.out_h = (c.in_h + 2 * c.pad - span) / c.stride + 1;
+  g.out_w = (c.in_w + 2 * c.pad - span) / c.stride + 1;
+  return g;
+}
+
+std::vector<float> random_vector(std::size_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A conv layer's data and its expected output (reference conv, then the epilogue in float).
+struct Problem {
+  ConvGeometry g;
+  std::vector<float> src, weight, bias, residual, expected;
+  Epilogue epilogue;
+  bool has_residual = false;
+
+  Problem(const ConvGeometry& geometry, const Epilogue& e, bool with_residual, std::mt19937& rng)
+      : g(geometry), epilogue(e), has_residual(with_residual) {
+    const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
+    src = random_vector(g.in_c * g.in_h * g.in_w, 1.0f, rng);
+    weight = random_vector(g.out_c * depth, 1.0f / std::sqrt(static_cast<float>(depth)), rng);
+    bias = random_vector(g.out_c, 0.5f, rng);
+    residual = random_vector(g.out_c * g.out_h * g.out_w, 1.0f, rng);
+    kernels::reference::ConvShape shape;
+    shape.in_channels = g.in_c;
+    shape.out_channels = g.out_c;
+    shape.groups = g.groups;
+    shape.window.rank = 2;
+    shape.window.in_size = {g.in_h, g.in_w, 0};
+    shape.window.out_size = {g.out_h, g.out_w, 0};
+    shape.window.kernel = {g.kernel_h, g.kernel_w, 0};
+    shape.window.stride = {g.stride_h, g.stride_w, 0};
+    shape.window.dilation = {g.dilation_h, g.dilation_w, 0};
+    shape.window.pad_begin = {g.pad_top, g.pad_left, 0};
+    expected.resize(residual.size());
+    kernels::reference::conv_reference(src.data(), weight.data(), bias.data(), expected.data(),
+                                       shape);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      float v = kernels::apply_activation(e.pre_residual, expected[i], e.clip_min, e.clip_max);
+      if (has_residual) v += residual[i];
+      expected[i] = kernels::apply_activation(e.post_residual, v, e.clip_min, e.clip_max);
+    }
+  }
+};
+
+// Copies planes' rows [first, last) of a [channels x rows x width] tensor into a tile buffer.
+std::vector<float> copy_rows(const std::vector<float>& t, int64_t channels, int64_t rows,
+                             int64_t width, int64_t first, int64_t last) {
+  std::vector<float> tile(channels * (last - first) * width);
+  for (int64_t c = 0; c < channels; ++c) {
+    std::copy_n(t.begin() + (c * rows + first) * width, (last - first) * width,
+                tile.begin() + c * (last - first) * width);
+  }
+  return tile;
+}
+
+constexpr float kSentinel = -12345.0f;
+
+// Computes rows [r0, r1) through whole-tensor views and through tile buffers, and checks both
+// against the expectation; rows outside the range must be left untouched.
+void check_rows(const kernels::PackedConv& conv, const Problem& p, int64_t r0, int64_t r1) {
+  const ConvGeometry& g = p.g;
+  const int64_t out_plane = g.out_h * g.out_w;
+  std::vector<float> scratch;
+  const float tol_scale =
+      2e-5f * std::sqrt(static_cast<float>(g.in_c / g.groups * g.kernel_h * g.kernel_w)) + 1e-5f;
+  auto expect_row_range = [&](const float* got, int64_t got_row0, int64_t plane_stride,
+                              const char* how) {
+    for (int64_t c = 0; c < g.out_c; ++c) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t x = 0; x < g.out_w; ++x) {
+          const float want = p.expected[c * out_plane + r * g.out_w + x];
+          const float have = got[c * plane_stride + (r - got_row0) * g.out_w + x];
+          ASSERT_NEAR(have, want, tol_scale * (1.0f + std::abs(want)))
+              << how << " rows [" << r0 << ", " << r1 << ") at c=" << c << " y=" << r << " x=" << x
+              << " impl " << conv.implementation();
+        }
+      }
+    }
+  };
+
+  // Whole tensors.
+  std::vector<float> dst(p.expected.size(), kSentinel);
+  const PlaneView src_view{const_cast<float*>(p.src.data()), 0, g.in_h * g.in_w};
+  const PlaneView dst_view{dst.data(), 0, out_plane};
+  const PlaneView res_view{const_cast<float*>(p.residual.data()), 0, out_plane};
+  kernels::conv2d_rows(conv, src_view, dst_view, r0, r1, p.epilogue,
+                       p.has_residual ? &res_view : nullptr, scratch);
+  expect_row_range(dst.data(), 0, out_plane, "whole tensor");
+  for (int64_t c = 0; c < g.out_c; ++c) {
+    for (int64_t i = 0; i < out_plane; ++i) {
+      const int64_t r = i / g.out_w;
+      if (r >= r0 && r < r1) continue;
+      ASSERT_EQ(dst[c * out_plane + i], kSentinel) << "wrote outside its rows at c=" << c;
+    }
+  }
+
+  // Tile buffers holding only the needed rows, with row0 > 0 wherever the range allows.
+  int64_t first = 0, last = 0;
+  kernels::conv_input_rows(g, r0, r1, &first, &last);
+  std::vector<float> src_tile = copy_rows(p.src, g.in_c, g.in_h, g.in_w, first, last);
+  std::vector<float> res_tile = copy_rows(p.residual, g.out_c, g.out_h, g.out_w, r0, r1);
+  std::vector<float> dst_tile(g.out_c * (r1 - r0) * g.out_w, kSentinel);
+  const PlaneView src_tile_view{src_tile.data(), first, (last - first) * g.in_w};
+  const PlaneView dst_tile_view{dst_tile.data(), r0, (r1 - r0) * g.out_w};
+  const PlaneView res_tile_view{res_tile.data(), r0, (r1 - r0) * g.out_w};
+  kernels::conv2d_rows(conv, src_tile_view, dst_tile_view, r0, r1, p.epilogue,
+                       p.has_residual ? &res_tile_view : nullptr, scratch);
+  expect_row_range(dst_tile.data(), r0, (r1 - r0) * g.out_w, "tile buffer");
+}
+
+Epilogue random_epilogue(std::mt19937& rng, bool* with_residual) {
+  const Activation acts[] = {Activation::kNone, Activation::kRelu, Activation::kClip,
+                             Activation::kGelu};
+  Epilogue e;
+  e.pre_residual = acts[rng() % 4];
+  e.post_residual = acts[rng() % 3];
+  e.clip_min = 0.0f;
+  e.clip_max = 6.0f;
+  *with_residual = rng() % 2 == 0;
+  return e;
+}
+
+// Row ranges that matter: all rows, the first row alone, the last row alone, and a random
+// interior range.
+std::vector<std::pair<int64_t, int64_t>> row_ranges(int64_t out_h, std::mt19937& rng) {
+  std::vector<std::pair<int64_t, int64_t>> ranges = {{0, out_h}, {0, 1}, {out_h - 1, out_h}};
+  const int64_t a = static_cast<int64_t>(rng() % out_h);
+  const int64_t b = static_cast<int64_t>(rng() % out_h);
+  ranges.emplace_back(std::min(a, b), std::max(a, b) + 1);
+  return ranges;
+}
+
+class ModelConvTest : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ModelConvTest, MatchesReferenceOnEveryRowRange) {
+  std::mt19937 rng(42);
+  const ConvGeometry g = make_geometry(GetParam());
+  bool with_residual = false;
+  for (int trial = 0; trial < 2; ++trial) {
+    const Epilogue e = random_epilogue(rng, &with_residual);
+    const Problem p(g, e, with_residual || trial == 0, rng);
+    const kernels::PackedConv conv(g, p.weight.data(), p.bias.data());
+    for (const auto& [r0, r1] : row_ranges(g.out_h, rng)) check_rows(conv, p, r0, r1);
+  }
+}
+
+// Layer shapes from ResNet-50 and MobileNetV2 (channels cut where the full count only adds
+// run time, spatial sizes kept small enough for the double-precision reference).
+INSTANTIATE_TEST_SUITE_P(
+    Models, ModelConvTest,
+    ::testing::Values(ConvCase{"resnet_stem_7x7_s2_p3", 3, 64, 56, 56, 7, 2, 3, 1, 1},
+                      ConvCase{"resnet_3x3_s1", 64, 64, 14, 14, 3, 1, 1, 1, 1},
+                      ConvCase{"resnet_3x3_s2", 64, 64, 28, 28, 3, 2, 1, 1, 1},
+                      ConvCase{"resnet_1x1_s1_reduce", 256, 64, 14, 14, 1, 1, 0, 1, 1},
+                      ConvCase{"resnet_1x1_s1_expand", 64, 256, 7, 7, 1, 1, 0, 1, 1},
+                      ConvCase{"resnet_1x1_s2_downsample", 128, 256, 14, 14, 1, 2, 0, 1, 1},
+                      ConvCase{"mobilenet_dw_3x3_s1", 32, 32, 28, 28, 3, 1, 1, 1, 32},
+                      ConvCase{"mobilenet_dw_3x3_s2", 96, 96, 28, 28, 3, 2, 1, 1, 96},
+                      ConvCase{"mobilenet_dw_3x3_s1_7x7", 64, 64, 7, 7, 3, 1, 1, 1, 64},
+                      ConvCase{"mobilenet_dw_3x3_s2_wide", 16, 16, 112, 112, 3, 2, 1, 1, 16},
+                      ConvCase{"mobilenet_stem_3x3_s2", 3, 32, 32, 32, 3, 2, 1, 1, 1},
+                      ConvCase{"mobilenet_project_1x1", 96, 24, 28, 28, 1, 1, 0, 1, 1}),
+    [](const ::testing::TestParamInfo<ConvCase>& info) { return info.param.name; });
+
+TEST(ConvTest, RandomGeometriesMatchReference) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 150; ++trial) {
+    ConvCase c;
+    c.kernel = 1 + static_cast<int64_t>(rng() % 5);
+    c.stride = 1 + static_cast<int64_t>(rng() % 3);
+    c.dilation = 1 + static_cast<int64_t>(rng() % 2);
+    c.pad = static_cast<int64_t>(rng() % (c.kernel + 1));
+    const int64_t kinds = rng() % 3;  // dense, grouped, depthwise
+    c.groups = kinds == 0 ? 1 : 1 + static_cast<int64_t>(rng() % 4);
+    c.in_c = c.groups * (1 + static_cast<int64_t>(rng() % 6));
+    c.out_c = kinds == 2 ? c.in_c : c.groups * (1 + static_cast<int64_t>(rng() % 6));
+    if (kinds == 2) c.groups = c.in_c;
+    const int64_t span = c.dilation * (c.kernel - 1) + 1;
+    c.in_h = std::max<int64_t>(span - 2 * c.pad, 1) + static_cast<int64_t>(rng() % 20);
+    c.in_w = std::max<int64_t>(span - 2 * c.pad, 1) + static_cast<int64_t>(rng() % 40);
+    const ConvGeometry g = make_geometry(c);
+    SCOPED_TRACE(fmt::format("trial {}: c {}->{} {}x{} k{} s{} p{} d{} groups {}", trial, c.in_c,
+                             c.out_c, c.in_h, c.in_w, c.kernel, c.stride, c.pad, c.dilation,
+                             c.groups));
+    bool with_residual = false;
+    const Epilogue e = random_epilogue(rng, &with_residual);
+    const Problem p(g, e, with_residual, rng);
+    const kernels::PackedConv conv(g, p.weight.data(), p.bias.data());
+    for (const auto& [r0, r1] : row_ranges(g.out_h, rng)) {
+      check_rows(conv, p, r0, r1);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(ConvTest, PicksImplementationByGeometry) {
+  std::vector<float> w(64 * 64 * 9, 0.1f);
+  auto impl = [&](const ConvCase& c) {
+    return kernels::PackedConv(make_geometry(c), w.data(), nullptr).implementation();
+  };
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 1, 0, 1, 1}).rfind("gemm-1x1/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 2, 0, 1, 1}).rfind("im2col-gemm-1x1/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 64}).rfind("depthwise-3x3/", 0), 0u);
+}
+
+TEST(ConvTest, RefusesInvalidGeometry) {
+  std::vector<float> w(64, 0.1f);
+  ConvGeometry g = make_geometry({"", 6, 4, 8, 8, 1, 1, 0, 1, 4});  // 6 channels, 4 groups
+  EXPECT_THROW(kernels::PackedConv(g, w.data(), nullptr), Error);
+  g = make_geometry({"", 4, 4, 8, 8, 1, 1, 0, 1, 1});
+  g.stride_h = 0;
+  EXPECT_THROW(kernels::PackedConv(g, w.data(), nullptr), Error);
+}
+
+TEST(ConvTest, InputRowsFollowTheTileAlgebra) {
+  const ConvGeometry g = make_geometry({"", 1, 1, 20, 20, 3, 2, 1, 1, 1});  // out 10 rows
+  int64_t first = 0, last = 0;
+  kernels::conv_input_rows(g, 0, 1, &first, &last);  // rows -1..1, clamped
+  EXPECT_EQ(first, 0);
+  EXPECT_EQ(last, 2);
+  kernels::conv_input_rows(g, 3, 5, &first, &last);  // rows 5..9
+  EXPECT_EQ(first, 5);
+  EXPECT_EQ(last, 10);
+  kernels::conv_input_rows(g, 9, 10, &first, &last);  // rows 17..19
+  EXPECT_EQ(first, 17);
+  EXPECT_EQ(last, 20);
+}
+
+// The depthwise kernel on every ISA path this machine has, called directly.
+TEST(DepthwiseConvTest, EveryIsaMatchesReference) {
+  std::vector<kernels::Isa> isas = {kernels::Isa::kPortable};
+  if (kernels::active_isa() == kernels::Isa::kAvx512) isas.push_back(kernels::Isa::kAvx512);
+  std::mt19937 rng(11);
+  for (const kernels::Isa isa : isas) {
+    for (const ConvCase& c :
+         {ConvCase{"", 8, 8, 17, 33, 3, 1, 1, 1, 8}, ConvCase{"", 8, 8, 17, 33, 3, 2, 1, 1, 8},
+          ConvCase{"", 4, 4, 9, 70, 5, 2, 2, 2, 4}, ConvCase{"", 4, 4, 7, 7, 3, 1, 1, 1, 4}}) {
+      const ConvGeometry g = make_geometry(c);
+      bool with_residual = false;
+      const Epilogue e = random_epilogue(rng, &with_residual);
+      const Problem p(g, e, with_residual, rng);
+      std::vector<float> dst(p.expected.size(), kSentinel);
+      std::vector<float> scratch;
+      const int64_t out_plane = g.out_h * g.out_w;
+      const PlaneView src_view{const_cast<float*>(p.src.data()), 0, g.in_h * g.in_w};
+      const PlaneView dst_view{dst.data(), 0, out_plane};
+      const PlaneView res_view{const_cast<float*>(p.residual.data()), 0, out_plane};
+      kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), src_view, dst_view, 0, g.out_h, e,
+                             with_residual ? &res_view : nullptr, scratch, isa);
+      for (std::size_t i = 0; i < dst.size(); ++i) {
+        ASSERT_NEAR(dst[i], p.expected[i], 1e-4f * (1.0f + std::abs(p.expected[i])))
+            << to_string(isa) << " at " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sparsecol::testing

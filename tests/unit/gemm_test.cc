@@ -1,0 +1,288 @@
+// The f32 GEMM paths against gemm_reference: every micro-kernel in ukernels.h that this CPU can
+// run, swept over every M in 1..2MR+1 and N in 1..2NR+1 (below, at and above each tile size) and
+// K in {1, 2, 3, 7, 16, 17, 64, 300} (300 spans two blocks of K), with leading dimensions wider
+// than the matrices, unaligned pointers, and each epilogue variant in turn. C sits inside a
+// buffer of canary values that must come back untouched.
+//
+// Tolerance: |c - ref| <= 2 (K + 4) u * S + 1e-6, u = 2^-24 the float unit roundoff and
+// S = sum_k |a||b| + |biases| + |residual| + 1: the forward error bound of a K-term float dot
+// product (plus the epilogue's additions) with a factor 2 of slack; 1e-6 covers the GELU's
+// rational erf (max abs error 4.5e-7, checked on its own below).
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "f32-gemm/gemm.h"
+#include "f32-gemm/ukernels.h"
+#include "isa.h"
+#include "sparsecol/sparsecol.h"
+
+namespace sparsecol::kernels {
+namespace {
+
+constexpr float kCanary = -7777.25f;
+constexpr int64_t kGuard = 37;  // canary floats before and after C
+
+struct EpilogueVariant {
+  const char* name;
+  bool row_bias, col_bias, residual;
+  Activation pre, post;
+};
+
+constexpr EpilogueVariant kVariants[] = {
+    {"none", false, false, false, Activation::kNone, Activation::kNone},
+    {"row_bias+relu", true, false, false, Activation::kRelu, Activation::kNone},
+    {"col_bias+gelu", false, true, false, Activation::kGelu, Activation::kNone},
+    {"row_bias+residual+relu", true, false, true, Activation::kNone, Activation::kRelu},
+    {"both_bias+clip", true, true, false, Activation::kClip, Activation::kNone},
+    {"col_bias+gelu+residual", false, true, true, Activation::kGelu, Activation::kNone},
+    {"row_bias+clip+residual+clip", true, false, true, Activation::kClip, Activation::kClip},
+    {"residual+gelu", false, false, true, Activation::kNone, Activation::kGelu},
+};
+
+// One randomized problem: operands at random offsets inside larger buffers, wide strides.
+class Problem {
+ public:
+  Problem(int64_t m, int64_t n, int64_t k, const EpilogueVariant& variant, std::mt19937& rng)
+      : m_(m), n_(n), k_(k) {
+    std::uniform_int_distribution<int64_t> pad(0, 5), offset(0, 15);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    auto fill = [&](std::vector<float>& v, int64_t size) {
+      v.resize(size);
+      for (float& x : v) x = value(rng);
+    };
+    lda_ = k + pad(rng);
+    ldb_ = n + pad(rng);
+    ldc_ = n + pad(rng);
+    a_offset_ = offset(rng);
+    b_offset_ = offset(rng);
+    c_offset_ = kGuard + offset(rng);
+    fill(a_, a_offset_ + (m - 1) * lda_ + std::max<int64_t>(k, 1));
+    fill(b_, b_offset_ + std::max<int64_t>(k - 1, 0) * ldb_ + n);
+    c_size_ = c_offset_ + (m - 1) * ldc_ + n + kGuard;
+    if (variant.row_bias) fill(row_bias_, m);
+    if (variant.col_bias) fill(col_bias_, n);
+    if (variant.residual) {
+      const int64_t ld = n + pad(rng);
+      fill(residual_, (m - 1) * ld + n);
+      epilogue_.residual = residual_.data();
+      epilogue_.residual_ld = ld;
+    }
+    epilogue_.row_bias = variant.row_bias ? row_bias_.data() : nullptr;
+    epilogue_.col_bias = variant.col_bias ? col_bias_.data() : nullptr;
+    epilogue_.pre_residual = variant.pre;
+    epilogue_.post_residual = variant.post;
+    epilogue_.clip_min = -0.75f;
+    epilogue_.clip_max = 1.5f;
+  }
+
+  GemmShape shape() const { return {m_, n_, k_}; }
+  const float* a() const { return a_.data() + a_offset_; }
+  const float* b() const { return b_.data() + b_offset_; }
+  int64_t lda() const { return lda_; }
+  int64_t ldb() const { return ldb_; }
+  int64_t ldc() const { return ldc_; }
+  const Epilogue& epilogue() const { return epilogue_; }
+
+  // A C buffer full of canaries; the matrix starts at c_offset().
+  std::vector<float> fresh_c() const { return std::vector<float>(c_size_, kCanary); }
+  int64_t c_offset() const { return c_offset_; }
+
+  // Checks `c` (from fresh_c) against the reference; returns "" or a description of the first
+  // mismatch or overwritten canary.
+  std::string check(const std::vector<float>& c) const {
+    std::vector<float> expected = fresh_c();
+    gemm_reference(shape(), a(), lda_, b(), ldb_, expected.data() + c_offset_, ldc_, epilogue_);
+    for (int64_t idx = 0; idx < c_size_; ++idx) {
+      const int64_t rel = idx - c_offset_;
+      const int64_t i = rel >= 0 ? rel / ldc_ : -1, j = rel >= 0 ? rel % ldc_ : -1;
+      const bool inside = rel >= 0 && i < m_ && j < n_;
+      if (!inside) {
+        if (c[idx] != kCanary) return "canary overwritten at offset " + std::to_string(rel);
+        continue;
+      }
+      const double tol = 2.0 * (k_ + 4) * std::ldexp(1.0, -24) * scale(i, j) + 1e-6;
+      if (!(std::fabs(c[idx] - expected[idx]) <= tol)) {
+        return "C[" + std::to_string(i) + "][" + std::to_string(j) +
+               "] = " + std::to_string(c[idx]) + ", reference " + std::to_string(expected[idx]) +
+               ", tolerance " + std::to_string(tol);
+      }
+    }
+    return "";
+  }
+
+ private:
+  double scale(int64_t i, int64_t j) const {
+    double s = 1.0;
+    for (int64_t p = 0; p < k_; ++p) s += std::fabs(a()[i * lda_ + p] * b()[p * ldb_ + j]);
+    if (epilogue_.row_bias != nullptr) s += std::fabs(epilogue_.row_bias[i]);
+    if (epilogue_.col_bias != nullptr) s += std::fabs(epilogue_.col_bias[j]);
+    if (epilogue_.residual != nullptr) {
+      s += std::fabs(epilogue_.residual[i * epilogue_.residual_ld + j]);
+    }
+    return s;
+  }
+
+  int64_t m_, n_, k_;
+  int64_t lda_, ldb_, ldc_, a_offset_, b_offset_, c_offset_, c_size_;
+  std::vector<float> a_, b_, row_bias_, col_bias_, residual_;
+  Epilogue epilogue_;
+};
+
+std::string describe(const GemmShape& s, const EpilogueVariant& v) {
+  return "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) +
+         " epilogue=" + v.name;
+}
+
+class GemmUkernelTest : public ::testing::TestWithParam<int> {
+ protected:
+  const GemmUkernel& ukernel() const { return gemm_ukernels()[GetParam()]; }
+  void SetUp() override {
+    if (!isa_available(ukernel().isa)) {
+      GTEST_SKIP() << ukernel().name << ": " << isa_reason();
+    }
+  }
+};
+
+TEST_P(GemmUkernelTest, MatchesReferenceOnEveryTileBoundaryShape) {
+  const GemmUkernel& u = ukernel();
+  std::mt19937 rng(1234);
+  std::vector<float> scratch;
+  int failures = 0, case_index = 0;
+  for (int64_t k : {1, 2, 3, 7, 16, 17, 64, 300}) {
+    for (int64_t m = 1; m <= 2 * u.mr + 1; ++m) {
+      for (int64_t n = 1; n <= 2 * u.nr + 1; ++n, ++case_index) {
+        const EpilogueVariant& variant = kVariants[case_index % std::size(kVariants)];
+        const Problem problem(m, n, k, variant, rng);
+        std::vector<float> c = problem.fresh_c();
+        gemm_with_ukernel(u, problem.shape(), problem.a(), problem.lda(), problem.b(),
+                          problem.ldb(), c.data() + problem.c_offset(), problem.ldc(),
+                          problem.epilogue(), scratch);
+        const std::string error = problem.check(c);
+        if (!error.empty() && ++failures <= 5) {
+          ADD_FAILURE() << u.name << " " << describe(problem.shape(), variant) << ": " << error;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST_P(GemmUkernelTest, EveryEpilogueVariantOnLayerLikeShapes) {
+  const GemmUkernel& u = ukernel();
+  std::mt19937 rng(99);
+  std::vector<float> scratch;
+  // Several blocks of M, N and K at once (the driver's MC, NC and KC loops), with tails.
+  const GemmShape shapes[] = {{67, 200, 576}, {300, 49, 129}, {5, 1100, 40}};
+  for (const GemmShape& shape : shapes) {
+    for (const EpilogueVariant& variant : kVariants) {
+      const Problem problem(shape.m, shape.n, shape.k, variant, rng);
+      std::vector<float> c = problem.fresh_c();
+      gemm_with_ukernel(u, problem.shape(), problem.a(), problem.lda(), problem.b(), problem.ldb(),
+                        c.data() + problem.c_offset(), problem.ldc(), problem.epilogue(), scratch);
+      EXPECT_EQ(problem.check(c), "") << u.name << " " << describe(shape, variant);
+    }
+  }
+}
+
+TEST_P(GemmUkernelTest, ZeroDepthGivesTheEpilogueOfZero) {
+  std::mt19937 rng(5);
+  std::vector<float> scratch;
+  const Problem problem(3, 19, 0, kVariants[4], rng);
+  std::vector<float> c = problem.fresh_c();
+  gemm_with_ukernel(ukernel(), problem.shape(), problem.a(), problem.lda(), problem.b(),
+                    problem.ldb(), c.data() + problem.c_offset(), problem.ldc(), problem.epilogue(),
+                    scratch);
+  EXPECT_EQ(problem.check(c), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllUkernels, GemmUkernelTest,
+                         ::testing::Range(0, static_cast<int>(gemm_ukernels().size())),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(gemm_ukernels()[info.param].name);
+                         });
+
+class GemmPackedTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(GemmPackedTest, PackedWeightsMatchReference) {
+  const Isa isa = GetParam();
+  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int64_t> dim(1, 90);
+  for (int trial = 0; trial < 40; ++trial) {
+    const EpilogueVariant& variant = kVariants[trial % std::size(kVariants)];
+    const Problem problem(dim(rng), dim(rng), dim(rng) * 3, variant, rng);
+    const GemmShape s = problem.shape();
+    const PackedA packed(problem.a(), s.m, s.k, problem.lda(), isa);
+    EXPECT_EQ(packed.isa(), isa);
+    EXPECT_EQ(packed.rows(), s.m);
+    EXPECT_EQ(packed.depth(), s.k);
+    std::vector<float> c = problem.fresh_c();
+    gemm_packed(packed, problem.b(), problem.ldb(), c.data() + problem.c_offset(), problem.ldc(),
+                s.n, problem.epilogue());
+    EXPECT_EQ(problem.check(c), "") << to_string(isa) << " " << describe(s, variant);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, GemmPackedTest, ::testing::Values(Isa::kPortable, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(to_string(info.param));
+                         });
+
+TEST(GemmTest, DefaultPathMatchesReferenceAndReusesScratch) {
+  std::mt19937 rng(7);
+  std::vector<float> scratch;
+  for (const GemmShape& s : {GemmShape{128, 96, 77}, GemmShape{1, 1, 1}, GemmShape{33, 17, 5}}) {
+    const Problem problem(s.m, s.n, s.k, kVariants[5], rng);
+    std::vector<float> c = problem.fresh_c();
+    gemm(problem.shape(), problem.a(), problem.lda(), problem.b(), problem.ldb(),
+         c.data() + problem.c_offset(), problem.ldc(), problem.epilogue(), scratch);
+    EXPECT_EQ(problem.check(c), "") << describe(s, kVariants[5]);
+  }
+}
+
+TEST(GemmTest, PackingForAnUnavailableIsaThrows) {
+  if (isa_available(Isa::kAvx512)) GTEST_SKIP() << "every ISA is available here";
+  const float a[4] = {1, 2, 3, 4};
+  EXPECT_THROW(PackedA(a, 2, 2, 2, Isa::kAvx512), Error);
+}
+
+TEST(GemmTest, RationalErfIsWithinOneMicroOfStdErf) {
+  double worst = 0.0;
+  for (int i = -200000; i <= 200000; ++i) {
+    const float x = static_cast<float>(i) * 5e-5f;  // [-10, 10]
+    worst = std::max(worst, std::fabs(static_cast<double>(erf_rational(x)) - std::erf(double(x))));
+  }
+  EXPECT_LT(worst, 1e-6);
+}
+
+TEST(GemmTest, ActivationsFollowTheirDefinitions) {
+  EXPECT_EQ(apply_activation(Activation::kNone, -2.5f, 0, 0), -2.5f);
+  EXPECT_EQ(apply_activation(Activation::kRelu, -2.5f, 0, 0), 0.0f);
+  EXPECT_EQ(apply_activation(Activation::kRelu, 2.5f, 0, 0), 2.5f);
+  EXPECT_EQ(apply_activation(Activation::kClip, 9.0f, -1.0f, 6.0f), 6.0f);
+  EXPECT_EQ(apply_activation(Activation::kClip, -9.0f, -1.0f, 6.0f), -1.0f);
+  EXPECT_EQ(apply_activation(Activation::kClip, 0.5f, -1.0f, 6.0f), 0.5f);
+  // GELU(1) = 0.5 (1 + erf(1 / sqrt 2)) = 0.8413447...
+  EXPECT_NEAR(apply_activation(Activation::kGelu, 1.0f, 0, 0), 0.8413447460685429, 1e-7);
+}
+
+TEST(IsaTest, ReasonNamesTheActiveIsa) {
+  const std::string reason = isa_reason();
+  const std::string name = to_string(active_isa());
+  EXPECT_EQ(reason.rfind(name + ":", 0), 0u) << reason;
+  EXPECT_TRUE(isa_available(Isa::kPortable));
+}
+
+TEST(IsaTest, EveryIsaHasADefaultUkernelOfThatIsa) {
+  for (Isa isa : {Isa::kPortable, Isa::kAvx512}) {
+    EXPECT_EQ(default_gemm_ukernel(isa).isa, isa) << to_string(isa);
+  }
+}
+
+}  // namespace
+}  // namespace sparsecol::kernels

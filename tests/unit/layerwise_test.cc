@@ -1,0 +1,199 @@
+// The layerwise executor (fast kernels, planned arena, OpenMP) computes what the reference
+// executor computes, for any thread count, run after run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "graph/passes.h"
+#include "graph_builder.h"
+
+namespace sparsecol::testing {
+namespace {
+
+std::unique_ptr<runtime::Executor> layerwise(graph::Graph g, const NamedTensors& inputs,
+                                             int threads) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = t.shape();
+  graph::optimize(g, runtime::evaluate_node);
+  return runtime::make_layerwise_executor(graph::specialize(g, shapes, runtime::evaluate_node),
+                                          threads);
+}
+
+float max_abs(const Tensor& t) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(t.data<float>()[i]));
+  return m;
+}
+
+// Layerwise at 1, 2 and 3 threads against the unoptimized graph on the reference executor;
+// the three thread counts must agree bit for bit.
+void expect_matches_reference(const graph::Graph& g, const NamedTensors& inputs,
+                              float relative_tolerance = 1e-4f) {
+  const NamedTensors expected = run_reference(g, inputs);
+  NamedTensors first;
+  for (int threads : {1, 2, 3}) {
+    const NamedTensors actual = layerwise(g, inputs, threads)->run(inputs);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (const auto& [name, t] : expected) {
+      const float tolerance = relative_tolerance * std::max(1.0f, max_abs(t));
+      EXPECT_LE(max_abs_diff(t, actual.at(name)), tolerance) << name << " threads " << threads;
+      if (threads == 1) {
+        first[name] = actual.at(name);
+      } else {
+        EXPECT_EQ(max_abs_diff(first.at(name), actual.at(name)), 0.0f)
+            << name << ": threads " << threads << " differs from threads 1";
+      }
+    }
+  }
+}
+
+const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
+
+// A small residual CNN: conv+relu, depthwise conv, 1x1 conv + residual add + relu, strided
+// conv, max pool, global average pool, flatten, linear layer.
+graph::Graph cnn() {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 3, 13, 11});
+  const int c1 = b.node("Relu", {b.node("Conv",
+                                        {x, b.constant("w1", random_tensor({8, 3, 3, 3}, 1)),
+                                         b.constant("b1", random_tensor({8}, 2))},
+                                        {{"pads", kPad1}})});
+  const int dw = b.node("Conv", {c1, b.constant("w2", random_tensor({8, 1, 3, 3}, 3))},
+                        {{"pads", kPad1}, {"group", int64_t{8}}});
+  const int pw = b.node("Conv", {dw, b.constant("w3", random_tensor({8, 8, 1, 1}, 4)),
+                                 b.constant("b3", random_tensor({8}, 5))});
+  const int res = b.node("Relu", {b.node("Add", {pw, c1})});
+  const int down = b.node("Conv", {res, b.constant("w4", random_tensor({16, 8, 3, 3}, 6))},
+                          {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int clip =
+      b.node("Clip", {down, b.constant("lo", scalar(0.0f)), b.constant("hi", scalar(6.0f))});
+  const int pool = b.node("MaxPool", {clip},
+                          {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                           {"strides", std::vector<int64_t>{2, 2}},
+                           {"pads", kPad1}});
+  const int gap = b.node("GlobalAveragePool", {pool});
+  const int flat = b.node("Flatten", {gap});
+  const int fc = b.node("Gemm",
+                        {flat, b.constant("wf", random_tensor({10, 16}, 7)),
+                         b.constant("bf", random_tensor({10}, 8))},
+                        {{"transB", int64_t{1}}});
+  return b.finish({fc});
+}
+
+TEST(Layerwise, SmallCnnMatchesReferenceAtAnyThreadCount) {
+  expect_matches_reference(cnn(), {{"x", random_tensor({2, 3, 13, 11}, 11)}});
+}
+
+TEST(Layerwise, BatchOfOneMatchesReference) {
+  expect_matches_reference(cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
+}
+
+// One transformer encoder block's shapes: linear + bias + GELU, attention scores with a scaled
+// batched MatMul and softmax, a decomposed LayerNorm (fused at load), reshapes as views.
+graph::Graph encoder_block() {
+  constexpr int64_t kHidden = 16;
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 6, kHidden});
+  const int q =
+      b.node("Add", {b.node("MatMul", {x, b.constant("wq", random_tensor({kHidden, kHidden}, 1))}),
+                     b.constant("bq", random_tensor({kHidden}, 2))});
+  const int heads =
+      b.node("Transpose",
+             {b.node("Reshape", {q, b.constant("s4",
+                                               [] {
+                                                 Tensor t = Tensor::zeros(DType::kInt64, {4});
+                                                 const int64_t d[] = {0, 6, 2, 8};
+                                                 std::copy(d, d + 4, t.data<int64_t>());
+                                                 return t;
+                                               }())})},
+             {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  const int keys = b.node("Transpose", {heads}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
+  const int scores = b.node(
+      "Div", {b.node("MatMul", {heads, keys}), b.constant("scale", scalar(std::sqrt(8.0f)))});
+  const int masked = b.node("Add", {scores, b.constant("mask", random_tensor({6}, 3))});
+  const int probs = b.node("Softmax", {masked}, {{"axis", int64_t{-1}}});
+  const int context = b.node("MatMul", {probs, heads});
+  const int merged = b.node(
+      "Reshape", {b.node("Transpose", {context}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}),
+                  b.constant("s3", [] {
+                    Tensor t = Tensor::zeros(DType::kInt64, {3});
+                    const int64_t d[] = {0, 6, kHidden};
+                    std::copy(d, d + 3, t.data<int64_t>());
+                    return t;
+                  }())});
+  const int residual = b.node(
+      "Add",
+      {b.node("MatMul", {merged, b.constant("wo", random_tensor({kHidden, kHidden}, 4))}), x});
+  // nn.LayerNorm as exported at opset 13.
+  const std::map<std::string, graph::AttrValue> last = {{"axes", std::vector<int64_t>{-1}}};
+  const int d = b.node("Sub", {residual, b.node("ReduceMean", {residual}, last)});
+  const int var = b.node("ReduceMean", {b.node("Pow", {d, b.constant("two", scalar(2.0f))})}, last);
+  const int normed =
+      b.node("Div", {d, b.node("Sqrt", {b.node("Add", {var, b.constant("eps", scalar(1e-5f))})})});
+  const int ln =
+      b.node("Add", {b.node("Mul", {normed, b.constant("gamma", random_tensor({kHidden}, 5))}),
+                     b.constant("beta", random_tensor({kHidden}, 6))});
+  // GELU, erf form.
+  const int h =
+      b.node("Add", {b.node("MatMul", {ln, b.constant("w1", random_tensor({kHidden, 32}, 7))}),
+                     b.constant("b1", random_tensor({32}, 8))});
+  const int erf = b.node("Erf", {b.node("Div", {h, b.constant("sqrt2", scalar(std::sqrt(2.0f)))})});
+  const int gelu =
+      b.node("Mul", {b.node("Mul", {h, b.node("Add", {erf, b.constant("one", scalar(1.0f))})}),
+                     b.constant("half", scalar(0.5f))});
+  const int out = b.node(
+      "Add", {b.node("MatMul", {gelu, b.constant("w2", random_tensor({32, kHidden}, 9))}), ln});
+  return b.finish({out, probs});
+}
+
+TEST(Layerwise, EncoderBlockMatchesReferenceAtAnyThreadCount) {
+  expect_matches_reference(encoder_block(), {{"x", random_tensor({2, 6, 16}, 21, -2.0f, 2.0f)}});
+}
+
+TEST(Layerwise, SecondRunInReusedBuffersGivesTheSameResult) {
+  const NamedTensors inputs = {{"x", random_tensor({2, 6, 16}, 22)}};
+  auto executor = layerwise(encoder_block(), inputs, 2);
+  const NamedTensors first = executor->run(inputs);
+  const NamedTensors other = executor->run({{"x", random_tensor({2, 6, 16}, 23)}});
+  const NamedTensors again = executor->run(inputs);
+  for (const auto& [name, t] : first) {
+    EXPECT_EQ(max_abs_diff(t, again.at(name)), 0.0f) << name;
+    EXPECT_GT(max_abs_diff(t, other.at(name)), 0.0f) << name << " ignores its input";
+  }
+}
+
+TEST(Layerwise, GraphOutputThatIsAViewIsCopiedForTheCaller) {
+  GraphBuilder b;
+  const int x = b.input("x", {2, 3, 4});
+  const int relu = b.node("Relu", {x});
+  const int flat = b.node("Flatten", {relu});
+  const int sum = b.node("Add", {flat, flat});
+  graph::Graph g = b.finish({flat, sum});
+  expect_matches_reference(g, {{"x", random_tensor({2, 3, 4}, 31)}});
+  const NamedTensors inputs = {{"x", random_tensor({2, 3, 4}, 32)}};
+  auto executor = layerwise(g, inputs, 1);
+  const NamedTensors first = executor->run(inputs);
+  const Tensor kept = first.at("Flatten_1_out").clone();
+  executor->run({{"x", random_tensor({2, 3, 4}, 33)}});
+  EXPECT_EQ(max_abs_diff(kept, first.at("Flatten_1_out")), 0.0f)
+      << "an output handed to the caller was overwritten by the next run";
+}
+
+TEST(Layerwise, OpsWithoutFastKernelFallBackToReference) {
+  GraphBuilder b;
+  const int x = b.input("x", {2, 3, 4});
+  const int t =
+      b.node("Transpose", {b.node("Tanh", {x})}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
+  const int m = b.node("ReduceMax", {t}, {{"axes", std::vector<int64_t>{0}}});
+  expect_matches_reference(b.finish({m}), {{"x", random_tensor({2, 3, 4}, 41)}});
+}
+
+TEST(Layerwise, RejectsZeroThreads) {
+  GraphBuilder b;
+  const int x = b.input("x", {2});
+  graph::Graph g = b.finish({b.node("Relu", {x})});
+  EXPECT_THROW(layerwise(g, {{"x", random_tensor({2}, 1)}}, 0), Error);
+}
+
+}  // namespace
+}  // namespace sparsecol::testing
