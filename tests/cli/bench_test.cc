@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../test_util.h"
+#include "cli_util.h"
 #include "sparsecol/io.h"
 #include "sparsecol/sparsecol.h"
 #include "test_models.h"
@@ -24,19 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliResult {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::CliResult;
+using testing::contains;
+using testing::read_text;
 
 std::vector<std::string> split_words(const std::string& line) {
   std::istringstream in(line);
@@ -64,16 +55,7 @@ class BenchTest : public ::testing::Test {
   // x[batch, 4] -> MatMul -> Add -> Relu -> y[batch, 3].
   std::string mlp() const { return save(testing::make_mlp_model(), "mlp.onnx"); }
 
-  CliResult cli(const std::string& args) const {
-    CliResult result;
-    const std::string out = path("stdout.txt"), err = path("stderr.txt");
-    const int status =
-        std::system(fmt::format("{} {} >'{}' 2>'{}'", SPARSECOL_CLI, args, out, err).c_str());
-    result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    result.out = read_text(out);
-    result.err = read_text(err);
-    return result;
-  }
+  testing::CliResult cli(const std::string& args) const { return testing::run_cli(args, dir_); }
 
   // The table's data rows: the lines of stdout that start with the model's file name.
   static std::vector<std::vector<std::string>> table_rows(const std::string& out,

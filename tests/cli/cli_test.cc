@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include "cli_util.h"
 #include "sparsecol/io.h"
 #include "sparsecol/sparsecol.h"
 
@@ -24,19 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliResult {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::CliResult;
+using testing::contains;
+using testing::read_text;
 
 int count_lines(const std::string& text) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
@@ -133,16 +124,7 @@ class CliTest : public ::testing::Test {
     return file;
   }
 
-  CliResult cli(const std::string& args) const {
-    CliResult result;
-    const std::string out = path("stdout.txt"), err = path("stderr.txt");
-    const int status =
-        std::system(fmt::format("{} {} >'{}' 2>'{}'", SPARSECOL_CLI, args, out, err).c_str());
-    result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    result.out = read_text(out);
-    result.err = read_text(err);
-    return result;
-  }
+  testing::CliResult cli(const std::string& args) const { return testing::run_cli(args, dir_); }
 
   // Runs the tiny model on `samples` random samples (written to x.npy).
   CliResult run_tiny(int64_t samples, const std::string& extra) {
