@@ -434,23 +434,10 @@ void measure_point(std::vector<PathState>& paths, const NamedTensors& feed, int6
   }
 }
 
-// Fails before measuring, rather than after, when a report cannot be written.
-void check_writable(const std::string& path) {
-  if (path.empty()) return;
-  const std::size_t slash = path.rfind('/');
-  const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  if (::access(folder.c_str(), W_OK) != 0) {
-    const int error = errno;
-    throw Error(
-        error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
-        fmt::format("cannot write '{}': folder '{}': {}", path, folder, std::strerror(error)));
-  }
-}
-
 int bench(const BenchArgs& args) {
   const std::vector<PathSpec> specs = path_specs(args.schedules);
-  check_writable(args.json);
-  check_writable(args.plot);
+  check_writable_folder(args.json);
+  check_writable_folder(args.plot);
 
   BenchReport report;
   report.model = args.model;

@@ -223,18 +223,6 @@ std::vector<std::string> select_outputs(const Engine& engine, const RunArgs& arg
   return names;
 }
 
-// Fails before scoring rather than after it when the output cannot be written.
-void check_output_folder(const std::string& output) {
-  const std::size_t slash = output.rfind('/');
-  const std::string folder = slash == std::string::npos ? "." : output.substr(0, slash + 1);
-  if (::access(folder.c_str(), W_OK) != 0) {
-    const int error = errno;
-    throw Error(
-        error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
-        fmt::format("cannot write '{}': folder '{}': {}", output, folder, std::strerror(error)));
-  }
-}
-
 // The outputs of all samples, filled batch by batch.
 class OutputGather {
  public:
@@ -340,7 +328,7 @@ int run(const RunArgs& args) {
   const std::vector<BoundInput> inputs = bind_inputs(engine, args.inputs);
   const int64_t samples = check_inputs(inputs, args.batch);
   const std::vector<std::string> output_names = select_outputs(engine, args);
-  check_output_folder(args.output);
+  check_writable_folder(args.output);
 
   Session session = engine.session();
   OutputGather gather(output_names, samples);

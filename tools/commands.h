@@ -64,4 +64,8 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Fails (Error naming the path and the folder) when the folder `path` would be written in is
+// not writable: checked before long work rather than after it. An empty path passes.
+void check_writable_folder(const std::string& path);
+
 }  // namespace sparsecol::cli

@@ -1,8 +1,12 @@
 // The `sparsecol` command line: parses arguments with CLI11 and runs one subcommand; turns every
 // failure into one line on stderr and a documented exit code.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 
@@ -33,6 +37,18 @@ std::vector<Command> registered_commands() {
   std::sort(commands.begin(), commands.end(),
             [](const Command& a, const Command& b) { return a.order < b.order; });
   return commands;
+}
+
+void check_writable_folder(const std::string& path) {
+  if (path.empty()) return;
+  const std::size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (::access(folder.c_str(), W_OK) != 0) {
+    const int error = errno;
+    throw Error(
+        error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
+        fmt::format("cannot write '{}': folder '{}': {}", path, folder, std::strerror(error)));
+  }
 }
 
 CLI::Validator at_least(int64_t minimum) {
