@@ -20,7 +20,8 @@ struct IsaChoice {
 
 // XCR0 bits the OS sets when it saves the state: 1 SSE, 2 AVX (ymm upper halves), 5 opmask,
 // 6 upper halves of zmm0-15, 7 zmm16-31 (Intel SDM vol. 1, 13.3).
-constexpr uint64_t kXcr0Avx512State = (1u << 1) | (1u << 2) | (1u << 5) | (1u << 6) | (1u << 7);
+constexpr uint64_t kXcr0AvxState = (1u << 1) | (1u << 2);
+constexpr uint64_t kXcr0Avx512State = kXcr0AvxState | (1u << 5) | (1u << 6) | (1u << 7);
 
 uint64_t read_xcr0() {
   uint32_t eax = 0, edx = 0;
@@ -53,23 +54,57 @@ std::string probe_avx512(bool* ok) {
   return "CPU has AVX512F/BW/VL/DQ, OS saves zmm state";
 }
 
+// Why AVX2 + FMA can or cannot be used; `ok` says which.
+std::string probe_avx2(bool* ok) {
+  *ok = false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return "CPUID leaf 1 unavailable";
+  if (!(ecx & bit_OSXSAVE)) return "OS does not enable XSAVE (CPUID.1:ECX.OSXSAVE = 0)";
+  const bool fma = (ecx & bit_FMA) != 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return "CPUID leaf 7 unavailable";
+  std::string missing;
+  if (!(ebx & bit_AVX2)) missing += " AVX2";
+  if (!fma) missing += " FMA";
+  if (!missing.empty()) return "CPU lacks" + missing;
+  if ((read_xcr0() & kXcr0AvxState) != kXcr0AvxState) return "OS does not save ymm state";
+  *ok = true;
+  return "CPU has AVX2/FMA, OS saves ymm state";
+}
+
+// SPARSECOL_MAX_ISA as an ISA; `known` false for an unset or unrecognized value.
+Isa isa_cap(const char* cap, bool* known) {
+  *known = true;
+  if (cap != nullptr && std::strcmp(cap, "portable") == 0) return Isa::kPortable;
+  if (cap != nullptr && std::strcmp(cap, "avx2") == 0) return Isa::kAvx2;
+  if (cap != nullptr && std::strcmp(cap, "avx512") == 0) return Isa::kAvx512;
+  *known = false;
+  return Isa::kAvx512;
+}
+
 IsaChoice choose_isa() {
   IsaChoice choice;
-  bool avx512 = false;
-  const std::string probe = probe_avx512(&avx512);
-  const char* cap = std::getenv("SPARSECOL_MAX_ISA");
-  if (cap != nullptr && std::strcmp(cap, "portable") == 0) {
-    choice.reason = std::string("portable: SPARSECOL_MAX_ISA=portable (avx512 ") +
-                    (avx512 ? "available: " : "unavailable: ") + probe + ")";
-  } else if (avx512) {
+  bool avx512 = false, avx2 = false;
+  const std::string probe512 = probe_avx512(&avx512);
+  const std::string probe2 = probe_avx2(&avx2);
+  const char* cap_text = std::getenv("SPARSECOL_MAX_ISA");
+  bool cap_known = false;
+  const Isa cap = isa_cap(cap_text, &cap_known);
+  if (avx512 && cap >= Isa::kAvx512) {
     choice.isa = Isa::kAvx512;
-    choice.reason = "avx512: " + probe;
+    choice.reason = "avx512: " + probe512;
+  } else if (avx2 && cap >= Isa::kAvx2) {
+    choice.isa = Isa::kAvx2;
+    choice.reason =
+        "avx2: " + probe2 +
+        (avx512 ? "; avx512 capped by SPARSECOL_MAX_ISA" : "; avx512 unavailable: " + probe512);
   } else {
-    choice.reason = "portable: " + probe;
+    choice.reason = std::string("portable: ") +
+                    (avx2 ? "avx2 capped by SPARSECOL_MAX_ISA" : "avx2 unavailable: " + probe2) +
+                    (avx512 ? "" : "; avx512 unavailable: " + probe512);
   }
-  if (cap != nullptr && std::strcmp(cap, "portable") != 0 && std::strcmp(cap, "avx512") != 0) {
-    choice.reason +=
-        std::string("; SPARSECOL_MAX_ISA='") + cap + "' ignored (expected portable or avx512)";
+  if (cap_text != nullptr && !cap_known) {
+    choice.reason += std::string("; SPARSECOL_MAX_ISA='") + cap_text +
+                     "' ignored (expected portable, avx2 or avx512)";
   }
   const char* verbose = std::getenv("SPARSECOL_VERBOSE");
   if (verbose != nullptr && std::strcmp(verbose, "0") != 0 && verbose[0] != '\0') {
@@ -89,10 +124,22 @@ const char* to_string(Isa isa) {
   switch (isa) {
     case Isa::kPortable:
       return "portable";
+    case Isa::kAvx2:
+      return "avx2";
     case Isa::kAvx512:
       return "avx512";
   }
   return "unknown";
+}
+
+bool isa_available(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(active_isa()); }
+
+std::vector<Isa> runnable_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kPortable}) {
+    if (isa_available(isa)) isas.push_back(isa);
+  }
+  return isas;
 }
 
 Isa active_isa() { return isa_choice().isa; }

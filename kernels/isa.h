@@ -1,20 +1,27 @@
 // Which instruction-set path the kernels may use, decided once per process.
 //
-// AVX-512 needs both the CPU (CPUID: AVX512F, BW, VL, DQ) and the OS (XGETBV: the opmask and
-// zmm state enabled in XCR0), as ONNX Runtime checks. SPARSECOL_MAX_ISA=portable forces the
-// portable path so every path is testable on an AVX-512 machine.
+// Three tiers, best first: AVX-512 (CPUID: AVX512F, BW, VL, DQ; XGETBV: opmask and zmm state
+// enabled in XCR0), AVX2 + FMA (CPUID: AVX2, FMA; XGETBV: ymm state), and the portable x86-64-v2
+// baseline. Both the CPU and the OS must agree, as ONNX Runtime checks.
+// SPARSECOL_MAX_ISA=portable|avx2|avx512 caps the choice so every lower path is testable on a
+// machine that has a higher one. Ordered: a higher value may run every lower one.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace sparsecol::kernels {
 
-enum class Isa { kPortable = 0, kAvx512 = 1 };
+enum class Isa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
 const char* to_string(Isa isa);
 // The best ISA this CPU and OS support, capped by SPARSECOL_MAX_ISA (read once).
 Isa active_isa();
 // Why the active ISA is what it is, e.g. "avx512: CPU has AVX512F/BW/VL/DQ, OS saves zmm state".
 std::string isa_reason();
+// Whether this process may run `isa`: it is the active ISA or a lower one.
+bool isa_available(Isa isa);
+// Every ISA this process may run, best first (tests and benchmarks sweep them).
+std::vector<Isa> runnable_isas();
 
 }  // namespace sparsecol::kernels

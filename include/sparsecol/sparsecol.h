@@ -103,20 +103,59 @@ using NamedTensors = std::map<std::string, Tensor>;
 
 // How a Session executes the model.
 enum class Schedule {
-  kReference,  // naive reference kernels, op by op: the oracle every other path is tested against
-  kLayerWise,  // the fast kernels, op by op over whole tensors, multi-threaded (the baseline)
-  kOneDnn,     // oneDNN primitives op by op: the dense library a user would otherwise pick
+  kReference,   // naive reference kernels, op by op: the oracle every other path is tested against
+  kLayerWise,   // the fast kernels, op by op over whole tensors, multi-threaded (the baseline)
+  kOneDnn,      // oneDNN primitives op by op: the dense library a user would otherwise pick
+  kDepthWise,   // the fast kernels, tile by tile through columns of layers (cache-resident)
+  kCuda,        // cuDNN / cuBLAS on an NVIDIA GPU (needs a CUDA build and a device)
+  kCudaSparse,  // as kCuda, pruned layers through cuSPARSE SpMM
 };
 
 const char* to_string(Schedule schedule);
-// Parses "reference", "layerwise", "onednn"; throws Error(kInvalidArgument) naming the
-// accepted values.
+// Parses "reference", "layerwise", "onednn", "depthwise", "cuda", "cuda-sparse"; throws
+// Error(kInvalidArgument) naming the accepted values.
 Schedule parse_schedule(const std::string& name);
+
+// Numeric precision of the GPU paths; anything but kFp32 changes results (reported as such).
+enum class GpuPrecision { kFp32, kTf32, kFp16 };
 
 struct Options {
   Schedule schedule = Schedule::kReference;
-  int threads = 0;       // 0: one per physical core (layerwise, onednn)
+  int threads = 0;       // 0: one per physical core (layerwise, onednn, depthwise)
   bool verbose = false;  // print load/plan decisions to stderr (also SPARSECOL_VERBOSE=1)
+  // Weights whose fraction of exact zeros is at least this run through the sparse kernels;
+  // negative: the default measured on this machine's class (kernels/f32-spmm).
+  double sparse_threshold = -1.0;
+  // Depth-wise planning: the per-core cache budget a column's working set must fit (0: the L2
+  // size hwloc reports) and a forced tile height in output rows (0: chosen by the planner).
+  int64_t cache_budget_bytes = 0;
+  int tile_rows = 0;
+  // GPU paths only.
+  GpuPrecision gpu_precision = GpuPrecision::kFp32;
+  bool cuda_graphs = false;  // capture each run as a CUDA Graph and replay it
+};
+
+// One node as a schedule runs it: what `sparsecol inspect` and `bench --per-layer` show.
+struct LayerInfo {
+  std::string node;            // the node's name
+  std::string op;              // its op type, with fused epilogues, e.g. "Conv+Add+Relu"
+  std::string implementation;  // the kernel that runs it, e.g. "conv spmm-1x1/avx2"
+  std::vector<int64_t> output_shape;
+  std::vector<int64_t> weight_shape;  // empty for ops without a weight
+  double weight_sparsity = 0.0;       // fraction of exact zeros in the weight
+  std::string weight_format;          // "dense", "sparse-csr", ... ("" without a weight)
+  int64_t packed_bytes = 0;           // bytes of the packed weight (and bias)
+};
+
+// One timed piece of work of a profiled run: a node (layer by layer) or a node on one tile
+// (depth-wise). Times are nanoseconds from the start of the run.
+struct ProfileEvent {
+  std::string name;  // the node's name
+  std::string op;    // its op type
+  int thread = 0;    // the worker that ran it (0 ... threads-1)
+  int tile = -1;     // the tile index in the depth-wise schedule, -1 for a whole layer
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
 };
 
 // Name, element type and shape of a model input or output. A dimension that is not fixed by
@@ -151,6 +190,11 @@ class Engine {
   // Cheap; use one Session per calling thread.
   Session session() const;
 
+  // Every node as this engine's schedule would run it on the given input shapes (inputs not
+  // named: their symbolic dimensions set to 1).
+  std::vector<LayerInfo> layers(
+      const std::map<std::string, std::vector<int64_t>>& shapes = {}) const;
+
   struct Impl;
 
  private:
@@ -164,6 +208,11 @@ class Session {
   // Checks names, dtypes and shapes of the inputs (Error naming the input, expected vs actual),
   // then returns every model output by name.
   NamedTensors run(const NamedTensors& inputs);
+
+  // When on, every run records a ProfileEvent per node (and per tile); profile() returns the
+  // last run's. Off by default: profiling reads the clock around every step.
+  void set_profiling(bool on);
+  const std::vector<ProfileEvent>& profile() const;
 
   struct Impl;
   ~Session();

@@ -58,7 +58,6 @@ const GemmUkernel& default_gemm_ukernel(Isa isa) {
   return default_gemm_ukernel(Isa::kPortable);  // the list always has a portable kernel
 }
 
-bool isa_available(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(active_isa()); }
 
 int64_t packed_a_size(int64_t m, int64_t k, int mr) { return ceil_div(m, mr) * mr * k; }
 

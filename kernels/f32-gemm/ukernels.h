@@ -60,8 +60,6 @@ SPARSECOL_F32_GEMM_UKERNELS(SPARSECOL_DECLARE_UKERNEL)
 std::span<const GemmUkernel> gemm_ukernels();
 // The micro-kernel selection uses for `isa` (the first of that ISA in the list).
 const GemmUkernel& default_gemm_ukernel(Isa isa);
-// Whether this CPU may run `isa` (the active ISA or a lower one).
-bool isa_available(Isa isa);
 
 // Packs rows [0, m) of A (m x k, row-major, lda) into ceil(m / mr) panels of k x mr floats,
 // zero-padding the last panel; dst holds packed_a_size(m, k, mr) floats.

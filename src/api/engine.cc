@@ -57,7 +57,35 @@ struct Session::Impl {
   std::shared_ptr<const Engine::Impl> engine;
   // One executor per distinct set of input shapes (a batch size, typically).
   std::map<std::vector<std::vector<int64_t>>, std::unique_ptr<runtime::Executor>> executors;
+  bool profiling = false;
+  runtime::Profiler profiler;
+  std::vector<ProfileEvent> profile;  // the last profiled run's events
 };
+
+namespace {
+
+// The executor of the engine's schedule for a graph specialized to its input shapes.
+std::unique_ptr<runtime::Executor> make_executor(const Engine::Impl& engine,
+                                                 graph::Graph specialized) {
+  switch (engine.options.schedule) {
+    case Schedule::kReference:
+      return runtime::make_reference_executor(std::move(specialized));
+    case Schedule::kLayerWise:
+      return runtime::make_layerwise_executor(std::move(specialized), engine.threads,
+                                              engine.options);
+    case Schedule::kOneDnn:
+      return runtime::make_onednn_executor(std::move(specialized), engine.threads);
+    case Schedule::kDepthWise:
+      return runtime::make_depthwise_executor(std::move(specialized), engine.threads,
+                                              engine.options);
+    case Schedule::kCuda:
+    case Schedule::kCudaSparse:
+      return runtime::make_cuda_executor(std::move(specialized), engine.options);
+  }
+  throw Error(ErrorCode::kInvalidArgument, "unknown schedule");
+}
+
+}  // namespace
 
 Engine Engine::load(const std::string& path, const Options& options) {
   auto impl = std::make_shared<Impl>();
@@ -191,20 +219,30 @@ NamedTensors Session::run(const NamedTensors& inputs) {
   }
   auto& executor = impl_->executors[key];
   if (!executor) {
-    graph::Graph specialized = graph::specialize(engine.graph, shapes, runtime::evaluate_node);
-    switch (engine.options.schedule) {
-      case Schedule::kReference:
-        executor = runtime::make_reference_executor(std::move(specialized));
-        break;
-      case Schedule::kLayerWise:
-        executor = runtime::make_layerwise_executor(std::move(specialized), engine.threads);
-        break;
-      case Schedule::kOneDnn:
-        executor = runtime::make_onednn_executor(std::move(specialized), engine.threads);
-        break;
-    }
+    executor =
+        make_executor(engine, graph::specialize(engine.graph, shapes, runtime::evaluate_node));
   }
-  return executor->run(inputs);
+  executor->set_profiler(impl_->profiling ? &impl_->profiler : nullptr);
+  NamedTensors outputs = executor->run(inputs);
+  if (impl_->profiling) impl_->profile = impl_->profiler.events();
+  return outputs;
+}
+
+void Session::set_profiling(bool on) { impl_->profiling = on; }
+
+const std::vector<ProfileEvent>& Session::profile() const { return impl_->profile; }
+
+std::vector<LayerInfo> Engine::layers(
+    const std::map<std::string, std::vector<int64_t>>& shapes) const {
+  std::map<std::string, std::vector<int64_t>> all = shapes;
+  for (const TensorInfo& info : impl_->inputs) {
+    if (all.count(info.name) != 0) continue;
+    std::vector<int64_t> dims = info.shape;
+    for (int64_t& d : dims) d = d < 0 ? 1 : d;
+    all[info.name] = dims;
+  }
+  return make_executor(*impl_, graph::specialize(impl_->graph, all, runtime::evaluate_node))
+      ->layers();
 }
 
 }  // namespace sparsecol

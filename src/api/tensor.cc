@@ -160,16 +160,26 @@ const char* to_string(Schedule schedule) {
       return "layerwise";
     case Schedule::kOneDnn:
       return "onednn";
+    case Schedule::kDepthWise:
+      return "depthwise";
+    case Schedule::kCuda:
+      return "cuda";
+    case Schedule::kCudaSparse:
+      return "cuda-sparse";
   }
   return "unknown";
 }
 
 Schedule parse_schedule(const std::string& name) {
-  for (Schedule s : {Schedule::kReference, Schedule::kLayerWise, Schedule::kOneDnn}) {
+  constexpr Schedule kAll[] = {Schedule::kReference, Schedule::kLayerWise, Schedule::kOneDnn,
+                               Schedule::kDepthWise, Schedule::kCuda,      Schedule::kCudaSparse};
+  std::vector<std::string> names;
+  for (Schedule s : kAll) {
     if (name == to_string(s)) return s;
+    names.push_back(to_string(s));
   }
   throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("unknown schedule '{}' (accepted: reference, layerwise, onednn)", name));
+              fmt::format("unknown schedule '{}' (accepted: {})", name, fmt::join(names, ", ")));
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

@@ -16,7 +16,7 @@ std::unique_ptr<runtime::Executor> layerwise(graph::Graph g, const NamedTensors&
   for (const auto& [name, t] : inputs) shapes[name] = t.shape();
   graph::optimize(g, runtime::evaluate_node);
   return runtime::make_layerwise_executor(graph::specialize(g, shapes, runtime::evaluate_node),
-                                          threads);
+                                          threads, Options{});
 }
 
 float max_abs(const Tensor& t) {

@@ -183,6 +183,16 @@ class OneDnnExecutor final : public Executor {
     return outputs;
   }
 
+  // oneDNN chooses its kernels inside the primitives; per node we only know it runs there.
+  std::vector<LayerInfo> layers() const override {
+    std::vector<LayerInfo> infos;
+    for (const graph::Node& node : graph_.nodes) {
+      infos.push_back(describe_node(graph_, node));
+      infos.back().implementation = "onednn";
+    }
+    return infos;
+  }
+
  private:
   const graph::Value& value(int id) const { return graph_.values[static_cast<std::size_t>(id)]; }
   Slot& slot(int id) { return slots_[static_cast<std::size_t>(id)]; }

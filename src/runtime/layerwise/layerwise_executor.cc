@@ -24,8 +24,8 @@ bool verbose_from_env() {
 
 class LayerwiseExecutor final : public Executor {
  public:
-  LayerwiseExecutor(graph::Graph graph, int threads)
-      : graph_(std::move(graph)), threads_(std::max(1, threads)) {
+  LayerwiseExecutor(graph::Graph graph, int threads, const Options& options)
+      : graph_(std::move(graph)), threads_(std::max(1, threads)), options_(options) {
     if (threads < 1) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("layerwise: threads must be >= 1, got {}", threads));
@@ -45,7 +45,12 @@ class LayerwiseExecutor final : public Executor {
       tensors_[static_cast<std::size_t>(v)] = Tensor::zeros(value(v).dtype, dims(v));
     }
     layerwise::RunContext ctx{tensors_, threads_, scratch_};
-    for (auto& step : steps_) step->run(ctx);
+    if (profiler_ != nullptr) profiler_->begin_run(1);
+    for (std::size_t n = 0; n < steps_.size(); ++n) {
+      // One event per layer on "thread" 0: the step's own OpenMP team is inside it.
+      Profiler::Scope timed(profiler_, 0, graph_.nodes[n]);
+      steps_[n]->run(ctx);
+    }
     NamedTensors outputs;
     for (int v : graph_.outputs) {
       const Tensor& t = tensors_[static_cast<std::size_t>(v)];
@@ -56,6 +61,15 @@ class LayerwiseExecutor final : public Executor {
     for (int v : graph_.inputs) tensors_[static_cast<std::size_t>(v)] = Tensor();
     for (int v : owned_outputs_) tensors_[static_cast<std::size_t>(v)] = Tensor();
     return outputs;
+  }
+
+  std::vector<LayerInfo> layers() const override {
+    std::vector<LayerInfo> infos;
+    for (std::size_t n = 0; n < steps_.size(); ++n) {
+      infos.push_back(describe_node(graph_, graph_.nodes[n]));
+      steps_[n]->describe(infos.back());
+    }
+    return infos;
   }
 
  private:
@@ -97,7 +111,7 @@ class LayerwiseExecutor final : public Executor {
           root_[static_cast<std::size_t>(node.outputs[0])] = kNotPlanned;
         }
       } else {
-        step = layerwise::make_fast_step(graph_, node, &why_not);
+        step = layerwise::make_fast_step(graph_, node, options_, &why_not);
         if (step == nullptr) step = layerwise::make_reference_step(graph_, node);
       }
       if (verbose) {
@@ -163,6 +177,7 @@ class LayerwiseExecutor final : public Executor {
 
   graph::Graph graph_;
   int threads_;
+  Options options_;
   std::vector<Tensor> tensors_;  // by value id: arena views, constants, inputs/outputs per run
   std::vector<int> root_;        // value id whose buffer a value lives in, or kNotPlanned/kOwned
   std::vector<int> owned_outputs_;
@@ -174,8 +189,9 @@ class LayerwiseExecutor final : public Executor {
 
 }  // namespace
 
-std::unique_ptr<Executor> make_layerwise_executor(graph::Graph graph, int threads) {
-  return std::make_unique<LayerwiseExecutor>(std::move(graph), threads);
+std::unique_ptr<Executor> make_layerwise_executor(graph::Graph graph, int threads,
+                                                  const Options& options) {
+  return std::make_unique<LayerwiseExecutor>(std::move(graph), threads, options);
 }
 
 }  // namespace sparsecol::runtime

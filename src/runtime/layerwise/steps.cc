@@ -222,7 +222,7 @@ class ConvStep final : public FastStep {
 };
 
 std::unique_ptr<Step> make_conv(const graph::Graph& graph, const graph::Node& node,
-                                std::string* why_not) {
+                                [[maybe_unused]] const Options& options, std::string* why_not) {
   const std::optional<Dims> x = dims_of(graph, node.input(0)), y = dims_of(graph, node.output(0));
   const Tensor* w = constant_of(graph, node.input(1));
   const Tensor* b = constant_of(graph, node.input(2));
@@ -339,7 +339,7 @@ std::vector<int64_t> batch_offsets(const Dims& batch, const Dims& operand, int64
 }
 
 std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& node,
-                                  std::string* why_not) {
+                                  [[maybe_unused]] const Options& options, std::string* why_not) {
   const std::optional<Dims> a = dims_of(graph, node.input(0)), b = dims_of(graph, node.input(1));
   const std::optional<Dims> y = dims_of(graph, node.output(0));
   if (!a || !b || !y || a->size() < 2 || b->size() < 2) {
@@ -372,7 +372,7 @@ std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& 
 }
 
 std::unique_ptr<Step> make_gemm(const graph::Graph& graph, const graph::Node& node,
-                                std::string* why_not) {
+                                [[maybe_unused]] const Options& options, std::string* why_not) {
   const std::optional<Dims> a = dims_of(graph, node.input(0)), b = dims_of(graph, node.input(1));
   const std::optional<Dims> y = dims_of(graph, node.output(0));
   const Tensor* weight = constant_of(graph, node.input(1));
@@ -456,7 +456,7 @@ bool only_first_output_used(const graph::Graph& graph, const graph::Node& node) 
 }
 
 std::unique_ptr<Step> make_softmax(const graph::Graph& graph, const graph::Node& node,
-                                   std::string* why_not) {
+                                   [[maybe_unused]] const Options& options, std::string* why_not) {
   const std::optional<Dims> x = dims_of(graph, node.input(0));
   if (!x) return *why_not = "shape unknown", nullptr;
   const graph::SoftmaxParams p = graph::parse_softmax(graph, node, *x);
@@ -469,6 +469,7 @@ std::unique_ptr<Step> make_softmax(const graph::Graph& graph, const graph::Node&
 }
 
 std::unique_ptr<Step> make_layer_norm(const graph::Graph& graph, const graph::Node& node,
+                                      [[maybe_unused]] const Options& options,
                                       std::string* why_not) {
   const std::optional<Dims> x = dims_of(graph, node.input(0));
   const Tensor* scale = constant_of(graph, node.input(1));
@@ -532,7 +533,7 @@ class PoolStep final : public FastStep {
 };
 
 std::unique_ptr<Step> make_pool(const graph::Graph& graph, const graph::Node& node,
-                                std::string* why_not) {
+                                [[maybe_unused]] const Options& options, std::string* why_not) {
   const std::optional<Dims> x = dims_of(graph, node.input(0));
   if (!x || x->size() != 4) return *why_not = "not 2-D pooling", nullptr;
   if (node.outputs.size() > 1 && node.outputs[1] >= 0) return *why_not = "Indices output", nullptr;
@@ -586,6 +587,7 @@ class GlobalAveragePoolStep final : public FastStep {
 };
 
 std::unique_ptr<Step> make_global_average_pool(const graph::Graph& graph, const graph::Node& node,
+                                               [[maybe_unused]] const Options& options,
                                                std::string* why_not) {
   const std::optional<Dims> x = dims_of(graph, node.input(0));
   if (!x || x->size() < 3) return *why_not = "input has no spatial dimensions", nullptr;
@@ -654,7 +656,7 @@ class EltwiseStep final : public FastStep {
 };
 
 std::unique_ptr<Step> make_eltwise(const graph::Graph& graph, const graph::Node& node,
-                                   std::string* why_not) {
+                                   [[maybe_unused]] const Options& options, std::string* why_not) {
   static const std::pair<const char*, kernels::BinaryKind> kBinary[] = {
       {"Add", kernels::BinaryKind::kAdd},
       {"Sub", kernels::BinaryKind::kSub},
@@ -758,8 +760,9 @@ class ViewStep final : public Step {
 }  // namespace
 
 std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Node& node,
-                                     std::string* why_not) {
-  using Factory = std::unique_ptr<Step> (*)(const graph::Graph&, const graph::Node&, std::string*);
+                                     const Options& options, std::string* why_not) {
+  using Factory = std::unique_ptr<Step> (*)(const graph::Graph&, const graph::Node&, const Options&,
+                                            std::string*);
   static const std::pair<const char*, Factory> kFactories[] = {
       {"Conv", make_conv},
       {"MatMul", make_matmul},
@@ -792,7 +795,7 @@ std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Nod
     return *why_not = "the output is not float32", nullptr;
   }
   for (const auto& [op, factory] : kFactories) {
-    if (node.op_type == op) return factory(graph, node, why_not);
+    if (node.op_type == op) return factory(graph, node, options, why_not);
   }
   *why_not = "no fast kernel for this op";
   return nullptr;

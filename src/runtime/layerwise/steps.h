@@ -27,12 +27,16 @@ class Step {
   virtual void run(RunContext& ctx) = 0;
   // What runs, e.g. "conv gemm-1x1/avx512" or "reference"; printed by SPARSECOL_VERBOSE=1.
   virtual std::string implementation() const = 0;
+  // Fills in how this step runs its node: the implementation and, for steps that pack a
+  // weight, its format and packed bytes (describe_node() already set shape and sparsity).
+  virtual void describe(LayerInfo& info) const { info.implementation = implementation(); }
 };
 
 // The node's fast implementation, or nullptr with `why_not` saying why none serves it. The
 // graph is specialized: every shape is concrete.
+// `options` carries the choices a user may override (the sparse threshold).
 std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Node& node,
-                                     std::string* why_not);
+                                     const Options& options, std::string* why_not);
 
 // The reference op into preallocated outputs (zero-filled first, as evaluate_node hands them),
 // then the node's epilogue. Throws Error(kUnsupported) when the op has no reference either.

@@ -30,8 +30,10 @@ class ReferenceExecutor final : public Executor {
     for (std::size_t i = 0; i < graph_.values.size(); ++i) {
       if (graph_.values[i].constant) live[i] = *graph_.values[i].constant;
     }
+    if (profiler_ != nullptr) profiler_->begin_run(1);
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
       const graph::Node& node = graph_.nodes[n];
+      Profiler::Scope timed(profiler_, 0, node);
       std::vector<const Tensor*> args;
       for (int v : node.inputs)
         args.push_back(v >= 0 ? &live[static_cast<std::size_t>(v)] : nullptr);
@@ -54,6 +56,15 @@ class ReferenceExecutor final : public Executor {
       outputs[value.name] = computed ? t : t.clone();
     }
     return outputs;
+  }
+
+  std::vector<LayerInfo> layers() const override {
+    std::vector<LayerInfo> infos;
+    for (const graph::Node& node : graph_.nodes) {
+      infos.push_back(describe_node(graph_, node));
+      infos.back().implementation = "reference";
+    }
+    return infos;
   }
 
  private:
