@@ -194,6 +194,10 @@ class Engine {
   // named: their symbolic dimensions set to 1).
   std::vector<LayerInfo> layers(
       const std::map<std::string, std::vector<int64_t>>& shapes = {}) const;
+  // The depth-wise plan for those shapes as text: each column's ops, tile size, tiles per image,
+  // working set, halo overhead, and bytes of intermediates kept in cache vs sent to memory
+  // against the layer-by-layer plan (what `sparsecol inspect --plan` prints).
+  std::string plan_report(const std::map<std::string, std::vector<int64_t>>& shapes = {}) const;
 
   struct Impl;
 

@@ -232,17 +232,31 @@ void Session::set_profiling(bool on) { impl_->profiling = on; }
 
 const std::vector<ProfileEvent>& Session::profile() const { return impl_->profile; }
 
-std::vector<LayerInfo> Engine::layers(
-    const std::map<std::string, std::vector<int64_t>>& shapes) const {
+namespace {
+
+// The engine's graph specialized to `shapes`, symbolic dimensions of inputs not named set to 1.
+graph::Graph specialize_for(const Engine::Impl& engine,
+                            const std::map<std::string, std::vector<int64_t>>& shapes) {
   std::map<std::string, std::vector<int64_t>> all = shapes;
-  for (const TensorInfo& info : impl_->inputs) {
+  for (const TensorInfo& info : engine.inputs) {
     if (all.count(info.name) != 0) continue;
     std::vector<int64_t> dims = info.shape;
     for (int64_t& d : dims) d = d < 0 ? 1 : d;
     all[info.name] = dims;
   }
-  return make_executor(*impl_, graph::specialize(impl_->graph, all, runtime::evaluate_node))
-      ->layers();
+  return graph::specialize(engine.graph, all, runtime::evaluate_node);
+}
+
+}  // namespace
+
+std::vector<LayerInfo> Engine::layers(
+    const std::map<std::string, std::vector<int64_t>>& shapes) const {
+  return make_executor(*impl_, specialize_for(*impl_, shapes))->layers();
+}
+
+std::string Engine::plan_report(const std::map<std::string, std::vector<int64_t>>& shapes) const {
+  return runtime::describe_depthwise_plan(specialize_for(*impl_, shapes), impl_->threads,
+                                          impl_->options);
 }
 
 }  // namespace sparsecol

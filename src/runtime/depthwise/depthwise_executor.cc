@@ -11,4 +11,9 @@ std::unique_ptr<Executor> make_depthwise_executor(graph::Graph graph, int, const
               fmt::format("{}: the depthwise schedule is not implemented yet", graph.source));
 }
 
+std::string describe_depthwise_plan(const graph::Graph& graph, int, const Options&) {
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("{}: the depthwise planner is not implemented yet", graph.source));
+}
+
 }  // namespace sparsecol::runtime
