@@ -6,15 +6,15 @@
 #include <limits>
 
 #include "graph/passes.h"
+#include "graph/passes/pattern_pass.h"
 
 namespace sparsecol::graph {
 
 namespace {
 
-class Fuser {
+class Fuser : PatternPass {
  public:
-  explicit Fuser(Graph& graph)
-      : graph_(graph), readers_(graph.consumers()), removed_(graph.nodes.size(), false) {}
+  explicit Fuser(Graph& graph) : PatternPass(graph) {}
 
   void run() {
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
@@ -24,46 +24,10 @@ class Fuser {
       while (absorb_next(at)) {
       }
     }
-    std::vector<Node> kept;
-    for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
-      if (!removed_[n]) kept.push_back(std::move(graph_.nodes[n]));
-    }
-    graph_.nodes = std::move(kept);
-    graph_.remove_dead();
+    compact();
   }
 
  private:
-  const Value& value(int id) const { return graph_.values[static_cast<std::size_t>(id)]; }
-  const std::vector<int>& readers(int id) const { return readers_[static_cast<std::size_t>(id)]; }
-
-  bool is_graph_output(int id) const {
-    for (int v : graph_.outputs) {
-      if (v == id) return true;
-    }
-    return false;
-  }
-
-  // The single node reading `id`, or -1.
-  int sole_reader(int id) const {
-    if (is_graph_output(id) || readers(id).size() != 1) return -1;
-    return readers(id)[0];
-  }
-
-  std::optional<float> scalar_constant(int id) const {
-    if (id < 0 || !value(id).constant) return std::nullopt;
-    const Tensor& t = *value(id).constant;
-    if (t.numel() != 1 || t.dtype() != DType::kFloat32) return std::nullopt;
-    return t.data<float>()[0];
-  }
-
-  // The operand of binary node `node` other than `id`, or -1 if `id` is not an operand.
-  static int other_operand(const Node& node, int id) {
-    if (node.inputs.size() != 2) return -1;
-    if (node.inputs[0] == id) return node.inputs[1];
-    if (node.inputs[1] == id) return node.inputs[0];
-    return -1;
-  }
-
   bool same_known_shape(int a, int b) const {
     const auto& sa = value(a).shape;
     const auto& sb = value(b).shape;
@@ -134,7 +98,7 @@ class Fuser {
       return true;
     }
     if (node.op_type == "Add") {
-      const int operand = other_operand(node, out);
+      const int operand = other_operand(next, out);
       if (operand < 0 || operand == out) return false;
       const bool residual = !value(operand).constant && same_known_shape(operand, out) &&
                             same_known_shape(node.outputs[0], out);
@@ -166,24 +130,19 @@ class Fuser {
     const int add = sole_reader(erf_out);
     if (add < 0 || graph_.nodes[static_cast<std::size_t>(add)].op_type != "Add") return false;
     const Node& add_node = graph_.nodes[static_cast<std::size_t>(add)];
-    auto one = scalar_constant(other_operand(add_node, erf_out));
+    auto one = scalar_constant(other_operand(add, erf_out));
     if (!one || *one != 1.0f || sole_reader(add_node.outputs[0]) != mul) return false;
     const Node& mul_node = graph_.nodes[static_cast<std::size_t>(mul)];
-    if (other_operand(mul_node, x) != add_node.outputs[0]) return false;
+    if (other_operand(mul, x) != add_node.outputs[0]) return false;
     const int half_mul = sole_reader(mul_node.outputs[0]);
     if (half_mul < 0 || graph_.nodes[static_cast<std::size_t>(half_mul)].op_type != "Mul") {
       return false;
     }
-    auto half = scalar_constant(
-        other_operand(graph_.nodes[static_cast<std::size_t>(half_mul)], mul_node.outputs[0]));
+    auto half = scalar_constant(other_operand(half_mul, mul_node.outputs[0]));
     if (!half || *half != 0.5f) return false;
     absorb(at, {div, erf, add, mul, half_mul}, EpilogueOp{EpilogueOp::Kind::kGelu}, -1);
     return true;
   }
-
-  Graph& graph_;
-  std::vector<std::vector<int>> readers_;
-  std::vector<bool> removed_;
 };
 
 }  // namespace

@@ -12,66 +12,35 @@
 #include <string>
 
 #include "graph/passes.h"
+#include "graph/passes/pattern_pass.h"
 
 namespace sparsecol::graph {
 
 namespace {
 
-class LayerNormFuser {
+class LayerNormFuser : PatternPass {
  public:
-  explicit LayerNormFuser(Graph& graph)
-      : graph_(graph), readers_(graph.consumers()), removed_(graph.nodes.size(), false) {}
+  explicit LayerNormFuser(Graph& graph) : PatternPass(graph) {}
 
   void run() {
     bool changed = false;
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
       if (!removed_[n] && graph_.nodes[n].op_type == "ReduceMean") changed |= try_fuse(n);
     }
-    if (!changed) return;
-    std::vector<Node> kept;
-    for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
-      if (!removed_[n]) kept.push_back(std::move(graph_.nodes[n]));
-    }
-    graph_.nodes = std::move(kept);
-    graph_.remove_dead();
+    if (changed) compact();
   }
 
  private:
-  const Value& value(int id) const { return graph_.values[static_cast<std::size_t>(id)]; }
-  const Node& node(int n) const { return graph_.nodes[static_cast<std::size_t>(n)]; }
-
-  bool is_graph_output(int id) const {
-    return std::find(graph_.outputs.begin(), graph_.outputs.end(), id) != graph_.outputs.end();
-  }
-
-  // The single default-domain node of type `op` reading `id`, or -1.
+  // The single default-domain node of type `op` reading `id`, without an epilogue, or -1.
   int sole_reader(int id, const char* op) const {
-    const auto& r = readers_[static_cast<std::size_t>(id)];
-    if (is_graph_output(id) || r.size() != 1) return -1;
-    const Node& reader = node(r[0]);
+    const int r = PatternPass::sole_reader(id);
+    if (r < 0) return -1;
+    const Node& reader = node(r);
     if (reader.op_type != op || !reader.domain.empty() || !reader.epilogue.empty() ||
-        reader.outputs.size() != 1 || removed_[static_cast<std::size_t>(r[0])]) {
+        reader.outputs.size() != 1) {
       return -1;
     }
-    return r[0];
-  }
-
-  // The operand of binary node `n` other than `id` (either order), or -1.
-  int other_operand(int n, int id) const {
-    const Node& b = node(n);
-    if (b.inputs.size() != 2) return -1;
-    if (b.inputs[0] == id) return b.inputs[1];
-    if (b.inputs[1] == id) return b.inputs[0];
-    return -1;
-  }
-
-  std::optional<float> scalar_constant(int id) const {
-    if (id < 0 || !value(id).constant) return std::nullopt;
-    const Tensor& t = *value(id).constant;
-    if (t.numel() != 1) return std::nullopt;
-    if (t.dtype() == DType::kFloat32) return t.data<float>()[0];
-    if (t.dtype() == DType::kFloat64) return static_cast<float>(t.data<double>()[0]);
-    return std::nullopt;
+    return r;
   }
 
   std::optional<int64_t> rank(int id) const {
@@ -189,10 +158,6 @@ class LayerNormFuser {
     graph_.nodes[static_cast<std::size_t>(add_beta)] = std::move(fused);
     return true;
   }
-
-  Graph& graph_;
-  std::vector<std::vector<int>> readers_;
-  std::vector<bool> removed_;
 };
 
 }  // namespace
