@@ -1,5 +1,7 @@
 // conv2d_rows on real ResNet-50 and MobileNetV2 layer shapes (224x224 input, batch 1, whole
-// image in one call, one thread), reporting FLOP/s (2 per multiply-add) as a counter.
+// image in one call, one thread), on the active ISA (SPARSECOL_MAX_ISA caps it). Counters:
+// GFLOPs (2 per multiply-add) and peak_fraction against the measured peak of the active ISA
+// (peak_bench.cc); the label names the implementation the packing chose.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -7,6 +9,8 @@
 #include <vector>
 
 #include "f32-conv/conv.h"
+#include "isa.h"
+#include "peak.h"
 
 namespace {
 
@@ -84,8 +88,12 @@ void conv_layer(benchmark::State& state, const Layer& layer) {
     benchmark::ClobberMemory();
   }
   const double flops = 2.0 * static_cast<double>(g.out_c * g.out_h * g.out_w * depth);
-  state.counters["FLOP/s"] =
-      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  const double peak =
+      sparsecol::bench::measured_peak_gflops(sparsecol::kernels::active_isa()) * 1e9;
+  state.counters["peak_fraction"] =
+      benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(conv.implementation());
 }
 

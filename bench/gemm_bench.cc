@@ -1,9 +1,11 @@
 // The dense f32 GEMM on the shapes real layers give it, through every micro-kernel this CPU can
 // run: ResNet-50's 1x1 convolutions (A = weights [OC x IC], B = activations [IC x H*W]) and its
-// 3x3 convolutions as im2col GEMMs (K = 9 IC), with the fused bias + Relu; BERT-base's linear
-// layers at 128 tokens (A = activations [128 x K] packed on every call, B = weights [K x N]) with
-// the fused column bias. Counters: GFLOPs (2 M N K per call) and peak_fraction against the
-// measured peak of the micro-kernel's ISA (peak_bench.cc). Single-threaded by contract.
+// 3x3 convolutions as im2col GEMMs (K = 9 IC), MobileNetV2's pointwise convolutions (small K,
+// wide N), with the fused bias + Relu; BERT-base's linear layers at 128 tokens (A = activations
+// [128 x K] packed on every call, B = weights [K x N]) with the fused column bias; and one large
+// square problem, the "large shape" of the >= 80%-of-peak goal. Counters: GFLOPs (2 M N K per call)
+// and peak_fraction against the measured peak of the micro-kernel's ISA (peak_bench.cc).
+// Single-threaded by contract.
 #include <cstdint>
 #include <random>
 #include <string>
@@ -39,9 +41,15 @@ constexpr LayerShape kShapes[] = {
     {"resnet50_conv3_3x3_im2col", 128, 1152, 784, true},
     {"resnet50_conv4_3x3_im2col", 256, 2304, 196, true},
     {"resnet50_conv5_3x3_im2col", 512, 4608, 49, true},
+    {"mobilenetv2_pw_32to16_112", 16, 32, 12544, true},
+    {"mobilenetv2_pw_16to96_112", 96, 16, 12544, true},
+    {"mobilenetv2_pw_144to24_56", 24, 144, 3136, true},
+    {"mobilenetv2_pw_64to384_14", 384, 64, 196, true},
+    {"mobilenetv2_pw_320to1280_7", 1280, 320, 49, true},
     {"bert_attention_proj_768x768", 128, 768, 768, false},
     {"bert_ffn_up_768x3072", 128, 768, 3072, false},
     {"bert_ffn_down_3072x768", 128, 3072, 768, false},
+    {"square_1024", 1024, 1024, 1024, true},
 };
 
 std::vector<float> random_values(int64_t count, uint32_t seed) {

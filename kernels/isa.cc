@@ -134,6 +134,8 @@ const char* to_string(Isa isa) {
 
 bool isa_available(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(active_isa()); }
 
+Isa effective_isa(Isa requested) { return isa_available(requested) ? requested : active_isa(); }
+
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
   for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kPortable}) {

@@ -21,6 +21,10 @@ Isa active_isa();
 std::string isa_reason();
 // Whether this process may run `isa`: it is the active ISA or a lower one.
 bool isa_available(Isa isa);
+// The ISA a kernel family runs when a caller asks for `requested`: the best one that is no
+// higher than `requested` and that this process may run (the lower of the two, the tiers being
+// ordered).
+Isa effective_isa(Isa requested);
 // Every ISA this process may run, best first (tests and benchmarks sweep them).
 std::vector<Isa> runnable_isas();
 

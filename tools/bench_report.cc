@@ -226,6 +226,53 @@ std::string format_table(const BenchReport& report) {
   return text;
 }
 
+std::string format_per_layer(const BenchReport& report, int top) {
+  std::string text;
+  for (const BenchRow& row : report.rows) {
+    if (row.profiled_runs == 0) continue;
+    text += fmt::format(
+        "\nper layer: {}, batch {}, threads {} (mean of {} profiled run{}; time summed over "
+        "threads and tiles)\n",
+        row.path, row.batch, threads_text(row.threads), row.profiled_runs,
+        row.profiled_runs == 1 ? "" : "s");
+    if (row.layers.empty()) {
+      text += "  no per-node times: this path records no profile events\n";
+      continue;
+    }
+    double total = 0;
+    std::size_t name_width = 4, op_width = 2;
+    const std::size_t shown =
+        top > 0 ? std::min<std::size_t>(top, row.layers.size()) : row.layers.size();
+    for (std::size_t i = 0; i < row.layers.size(); ++i) {
+      total += row.layers[i].seconds;
+      if (i < shown) {
+        name_width = std::max(name_width, row.layers[i].node.size());
+        op_width = std::max(op_width, row.layers[i].op.size());
+      }
+    }
+    const auto share = [&](double seconds) { return total > 0 ? 100 * seconds / total : 0.0; };
+    text += fmt::format("  {:<{}}  {:<{}}  {:>9}  {:>6}  {:>6}\n", "node", name_width, "op",
+                        op_width, "time", "share", "slices");
+    for (std::size_t i = 0; i < shown; ++i) {
+      const LayerTime& layer = row.layers[i];
+      text += fmt::format("  {:<{}}  {:<{}}  {:>9}  {:>5.1f}%  {:>6.0f}\n", layer.node, name_width,
+                          layer.op, op_width, latency_text(layer.seconds), share(layer.seconds),
+                          layer.events);
+    }
+    if (shown < row.layers.size()) {
+      double rest = 0;
+      for (std::size_t i = shown; i < row.layers.size(); ++i) rest += row.layers[i].seconds;
+      text += fmt::format("  {:<{}}  {:>9}  {:>5.1f}%\n",
+                          fmt::format("({} more node{})", row.layers.size() - shown,
+                                      row.layers.size() - shown == 1 ? "" : "s"),
+                          name_width + 2 + op_width, latency_text(rest), share(rest));
+    }
+    text += fmt::format("  {:<{}}  {:>9}  {:>5.1f}%\n", "total", name_width + 2 + op_width,
+                        latency_text(total), 100.0);
+  }
+  return text;
+}
+
 std::string format_json(const BenchReport& report) {
   using Json = nlohmann::ordered_json;
   const auto optional = [](const std::optional<double>& value) {
@@ -251,6 +298,16 @@ std::string format_json(const BenchReport& report) {
                        {"speedup", optional(row.speedup)},
                        {"max_rel_diff", optional(row.max_rel_diff)},
                        {"agrees", !disagrees(row, report.agreement_tolerance)}});
+    }
+    if (row.profiled_runs > 0) {
+      Json layers = Json::array();
+      for (const LayerTime& layer : row.layers) {
+        layers.push_back({{"node", layer.node},
+                          {"op", layer.op},
+                          {"seconds", layer.seconds},
+                          {"events", layer.events}});
+      }
+      item["per_layer"] = {{"profiled_runs", row.profiled_runs}, {"layers", std::move(layers)}};
     }
     rows.push_back(std::move(item));
   }
@@ -387,28 +444,6 @@ std::string format_svg(const BenchReport& report) {
   }
   svg += "</svg>\n";
   return svg;
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (out) out << text;
-    out.flush();
-    if (!out) {
-      const int error = errno;
-      out.close();
-      std::remove(temp.c_str());
-      throw Error(error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
-                  fmt::format("cannot write '{}': {}", path, std::strerror(error)));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(temp.c_str());
-    throw Error(ErrorCode::kIoError,
-                fmt::format("cannot write '{}': {}", path, std::strerror(error)));
-  }
 }
 
 }  // namespace sparsecol::cli

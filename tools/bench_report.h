@@ -10,6 +10,14 @@
 
 namespace sparsecol::cli {
 
+// One node's time in the profiled runs of a path (`bench --per-layer`).
+struct LayerTime {
+  std::string node;
+  std::string op;
+  double seconds = 0;  // per run, summed over the node's tiles and threads
+  double events = 0;   // per run: 1 layer by layer, the number of tiles depth-wise
+};
+
 // One execution path at one (batch, threads) point.
 struct BenchRow {
   std::string path;  // the schedule's name; "reference#2" when a schedule is listed twice
@@ -26,6 +34,10 @@ struct BenchRow {
   double items_per_s = 0;                               // batch / p50
   std::optional<double> speedup;                        // baseline p50 / this p50
   std::optional<double> max_rel_diff;  // vs the baseline's outputs; none for the baseline itself
+  // --per-layer: runs profiled after the timed ones (0: none), and their time per node, slowest
+  // first (empty when the path records no profile).
+  int profiled_runs = 0;
+  std::vector<LayerTime> layers;
 };
 
 // The machine the numbers come from, so that a saved result says where it was taken.
@@ -54,13 +66,12 @@ struct BenchReport {
 
 // The table for stdout, one line per row under a header line.
 std::string format_table(const BenchReport& report);
+// Each profiled row's time per node, slowest first, with its share of the row's total: the
+// `top` slowest nodes (0: all) and one line for the rest.
+std::string format_per_layer(const BenchReport& report, int top);
 // The whole report as pretty-printed JSON.
 std::string format_json(const BenchReport& report);
 // A grouped bar chart of items/s: one group per (batch, threads), one bar and colour per path.
 std::string format_svg(const BenchReport& report);
-
-// Writes `text` to `path` through a temporary file renamed into place, so that a reader never
-// sees half a report. Throws Error(kIoError / kNotFound) naming the file.
-void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace sparsecol::cli

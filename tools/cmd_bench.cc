@@ -29,8 +29,11 @@
 
 #include "bench_report.h"
 #include "commands.h"
+#include "input_files.h"
 #include "sparsecol/io.h"
 #include "sparsecol/sparsecol.h"
+#include "tensor_compare.h"
+#include "trace.h"
 
 namespace sparsecol::cli {
 namespace {
@@ -42,9 +45,21 @@ using Clock = std::chrono::steady_clock;
 // models; a wrong kernel differs by far more.
 constexpr double kAgreementTolerance = 1e-3;
 
+// kDefaultBenchSchedules as a list.
+std::vector<std::string> default_schedules() {
+  std::vector<std::string> names;
+  std::string list = kDefaultBenchSchedules;
+  for (std::size_t start = 0; start <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    names.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return names;
+}
+
 struct BenchArgs {
   std::string model;
-  std::vector<std::string> schedules = {"reference", "layerwise", "onednn"};
+  std::vector<std::string> schedules = default_schedules();
   std::vector<int64_t> batches = {1};
   std::vector<int> threads = {0};
   double time = 10;
@@ -52,7 +67,10 @@ struct BenchArgs {
   int64_t min_reps = 3;
   uint32_t seed = 1;
   std::vector<std::string> inputs;
-  std::string json, plot;
+  std::string json, plot, trace;
+  bool per_layer = false;
+  int per_layer_top = 20;
+  int profile_reps = 3;
   bool strict = false;
   bool quiet = false;
 };
@@ -126,38 +144,17 @@ Tensor random_tensor(DType dtype, const std::vector<int64_t>& shape, std::mt1993
   return tensor;
 }
 
-// The model's inputs, each with its --input file's contents when one was given.
+// The model's inputs, each with its --input file's samples when one was given.
 class InputSource {
  public:
   InputSource(const std::vector<TensorInfo>& infos, const std::vector<std::string>& specs,
               uint32_t seed)
-      : infos_(infos), seed_(seed) {
-    for (const std::string& spec : specs) {
-      const std::size_t eq = spec.find('=');
-      std::string name, path = spec;
-      if (eq != std::string::npos) {
-        name = spec.substr(0, eq);
-        path = spec.substr(eq + 1);
-      } else if (infos.size() == 1) {
-        name = infos.front().name;
-      } else {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("--input {}: the model has {} inputs ({}); name each with --input "
-                                "NAME=FILE.npy",
-                                spec, infos.size(), input_names()));
-      }
-      if (find(name) == nullptr) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("--input {}: the model has no input named '{}' (inputs: {})", spec,
-                                name, input_names()));
-      }
-      if (files_.count(name) != 0) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("input '{}' is given twice by --input", name));
-      }
-      files_.emplace(name, std::make_pair(path, read_npy(path)));
-    }
+      : infos_(infos), seed_(seed), files_(bind_inputs(infos_, specs, /*require_all=*/false)) {
+    for (const BoundInput& file : files_) check_input_fits(file);
   }
+  // files_ points into infos_.
+  InputSource(const InputSource&) = delete;
+  InputSource& operator=(const InputSource&) = delete;
 
   // Every model input at batch size `batch`: the first `batch` samples of its file, or seeded
   // random values. Throws Error when a shape cannot be made.
@@ -165,28 +162,15 @@ class InputSource {
     NamedTensors feed;
     std::mt19937 rng(seed_);
     for (const TensorInfo& info : infos_) {
-      const auto file = files_.find(info.name);
+      const auto file = std::find_if(files_.begin(), files_.end(),
+                                     [&](const BoundInput& b) { return b.info == &info; });
       feed.emplace(info.name, file == files_.end() ? random_input(info, batch, rng)
-                                                   : file_input(info, batch, file->second.first,
-                                                                file->second.second));
+                                                   : file_input(*file, batch));
     }
     return feed;
   }
 
  private:
-  const TensorInfo* find(const std::string& name) const {
-    for (const TensorInfo& info : infos_) {
-      if (info.name == name) return &info;
-    }
-    return nullptr;
-  }
-
-  std::string input_names() const {
-    std::vector<std::string> names;
-    for (const TensorInfo& info : infos_) names.push_back(info.name);
-    return fmt::format("{}", fmt::join(names, ", "));
-  }
-
   static void check_batch_axis(const TensorInfo& info, int64_t batch) {
     if (info.shape.empty() || info.shape.front() < 0 || info.shape.front() == batch) return;
     throw Error(
@@ -219,97 +203,27 @@ class InputSource {
     return random_tensor(info.dtype, shape, rng);
   }
 
-  static Tensor file_input(const TensorInfo& info, int64_t batch, const std::string& path,
-                           const Tensor& data) {
-    const std::string where = fmt::format("input '{}' ({})", info.name, path);
-    if (data.dtype() != info.dtype) {
-      throw Error(ErrorCode::kDtypeMismatch,
-                  fmt::format("{}: the model expects dtype {}, the file holds {}", where,
-                              to_string(info.dtype), to_string(data.dtype())));
+  static Tensor file_input(const BoundInput& input, int64_t batch) {
+    if (input.info->shape_known) check_batch_axis(*input.info, batch);
+    if (input.file.samples() < batch) {
+      throw Error(
+          ErrorCode::kShapeMismatch,
+          fmt::format("input '{}' ({}): the file has {} samples, --batch {} needs at "
+                      "least {}",
+                      input.info->name, input.file.where(), input.file.samples(), batch, batch));
     }
-    if (data.rank() == 0) {
-      throw Error(ErrorCode::kShapeMismatch,
-                  fmt::format("{}: a scalar has no sample axis to take a batch from", where));
-    }
-    if (info.shape_known) {
-      bool fits = static_cast<std::size_t>(data.rank()) == info.shape.size();
-      for (std::size_t axis = 1; fits && axis < info.shape.size(); ++axis) {
-        fits = info.shape[axis] < 0 || info.shape[axis] == data.shape()[axis];
-      }
-      if (!fits) {
-        throw Error(ErrorCode::kShapeMismatch,
-                    fmt::format("{}: the file's shape {} does not fit the model's {} (axis 0 is "
-                                "the sample axis)",
-                                where, shape_string(data.shape()), shape_string(info)));
-      }
-      check_batch_axis(info, batch);
-    }
-    if (data.dim(0) < batch) {
-      throw Error(ErrorCode::kShapeMismatch,
-                  fmt::format("{}: the file has {} samples, --batch {} needs at least {}", where,
-                              data.dim(0), batch, batch));
-    }
-    // The first `batch` samples are contiguous at the start: a view, no copy.
-    std::vector<int64_t> shape = data.shape();
-    shape[0] = batch;
-    return Tensor::view(const_cast<void*>(data.raw_data()), data.dtype(), shape);
+    return input.file.samples_view(0, batch);
   }
 
   std::vector<TensorInfo> infos_;
   uint32_t seed_;
-  std::map<std::string, std::pair<std::string, Tensor>> files_;  // name -> (path, contents)
+  std::vector<BoundInput> files_;
 };
 
 // ---- agreement ----
 
-std::vector<double> as_doubles(const Tensor& tensor) {
-  std::vector<double> values(static_cast<std::size_t>(tensor.numel()));
-  const auto copy = [&](const auto* src) { std::copy(src, src + values.size(), values.begin()); };
-  switch (tensor.dtype()) {
-    case DType::kFloat32:
-      copy(tensor.data<float>());
-      break;
-    case DType::kFloat64:
-      copy(tensor.data<double>());
-      break;
-    case DType::kInt64:
-      copy(tensor.data<int64_t>());
-      break;
-    case DType::kInt32:
-      copy(tensor.data<int32_t>());
-      break;
-    case DType::kInt8:
-      copy(tensor.data<int8_t>());
-      break;
-    case DType::kUInt8:
-      copy(tensor.data<uint8_t>());
-      break;
-    case DType::kBool:
-      copy(tensor.data<bool>());
-      break;
-  }
-  return values;
-}
-
-// max |actual - expected| / max |expected| for one output; infinity for NaN against a number.
-double relative_diff(const Tensor& actual, const Tensor& expected) {
-  const std::vector<double> a = as_doubles(actual), e = as_doubles(expected);
-  double max_err = 0, max_ref = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) && std::isnan(e[i])) continue;
-    if (a[i] == e[i]) continue;  // equal infinities too
-    const double err = std::abs(a[i] - e[i]);
-    if (!std::isfinite(err)) return HUGE_VAL;
-    max_err = std::max(max_err, err);
-  }
-  for (double v : e) {
-    if (std::isfinite(v)) max_ref = std::max(max_ref, std::abs(v));
-  }
-  return max_ref > 0 ? max_err / max_ref : max_err;
-}
-
-// The worst relative_diff over every output; infinity, with `why` set, when the outputs do not
-// even have the same names, dtypes or shapes.
+// The worst Difference::max_abs_over_max over every output; infinity, with `why` set, when the
+// outputs do not even have the same names, dtypes or shapes.
 double max_rel_diff(const NamedTensors& actual, const NamedTensors& expected, std::string& why) {
   double worst = 0;
   for (const auto& [name, want] : expected) {
@@ -325,12 +239,34 @@ double max_rel_diff(const NamedTensors& actual, const NamedTensors& expected, st
                         shape_string(want.shape()));
       return HUGE_VAL;
     }
-    worst = std::max(worst, relative_diff(got, want));
+    worst = std::max(worst, compare(got, want, 0, 0).max_abs_over_max);
   }
   return worst;
 }
 
 // ---- measuring ----
+
+// Profiled runs' events summed per node (over tiles, threads and runs) and divided by the number
+// of runs; slowest first.
+std::vector<LayerTime> time_per_node(const std::vector<ProfileEvent>& events, int runs) {
+  std::vector<LayerTime> layers;
+  std::map<std::pair<std::string, std::string>, std::size_t> index;  // (node, op) -> layers[i]
+  for (const ProfileEvent& event : events) {
+    const auto [it, added] = index.try_emplace({event.name, event.op}, layers.size());
+    if (added) layers.push_back({event.name, event.op, 0, 0});
+    LayerTime& layer = layers[it->second];
+    layer.seconds += static_cast<double>(event.duration_ns) * 1e-9;
+    layer.events += 1;
+  }
+  for (LayerTime& layer : layers) {
+    layer.seconds /= runs;
+    layer.events /= runs;
+  }
+  // Stable: nodes that take the same time keep the order they ran in.
+  std::stable_sort(layers.begin(), layers.end(),
+                   [](const LayerTime& a, const LayerTime& b) { return a.seconds > b.seconds; });
+  return layers;
+}
 
 std::string describe_exception() {
   try {
@@ -344,7 +280,8 @@ std::string describe_exception() {
 
 // Measures every path at one (batch, threads) point and appends one row per path.
 void measure_point(std::vector<PathState>& paths, const NamedTensors& feed, int64_t batch,
-                   int threads, const BenchArgs& args, std::vector<BenchRow>& rows) {
+                   int threads, const BenchArgs& args, std::vector<BenchRow>& rows,
+                   TraceRecorder* trace) {
   const std::size_t first_row = rows.size();
   std::vector<NamedTensors> first_outputs(paths.size());
   std::vector<std::size_t> live;  // indices of the paths still running
@@ -432,12 +369,43 @@ void measure_point(std::vector<PathState>& paths, const NamedTensors& feed, int6
     BenchRow& row = rows[first_row + p];
     if (row.error.empty() && base.error.empty()) row.speedup = base.p50 / row.p50;
   }
+
+  // Profiled runs of their own, after the timed ones: reading the clock around every node must
+  // not slow the runs the table reports.
+  if (!args.per_layer && trace == nullptr) return;
+  for (std::size_t p : live) {
+    BenchRow& row = rows[first_row + p];
+    Session& session = *paths[p].session;
+    const int process = trace != nullptr
+                            ? trace->add_process(fmt::format(
+                                  "{}, batch {}, threads {}", row.path, batch,
+                                  threads == 0 ? std::string("auto") : std::to_string(threads)))
+                            : 0;
+    std::vector<ProfileEvent> events;
+    session.set_profiling(true);
+    try {
+      for (int r = 0; r < args.profile_reps; ++r) {
+        const auto run_start = Clock::now();
+        session.run(feed);
+        events.insert(events.end(), session.profile().begin(), session.profile().end());
+        if (trace != nullptr) trace->add_run(process, run_start, session.profile());
+      }
+    } catch (...) {
+      row.error = describe_exception();
+    }
+    session.set_profiling(false);
+    row.profiled_runs = args.profile_reps;
+    row.layers = time_per_node(events, args.profile_reps);
+  }
 }
 
 int bench(const BenchArgs& args) {
   const std::vector<PathSpec> specs = path_specs(args.schedules);
   check_writable_folder(args.json);
   check_writable_folder(args.plot);
+  check_writable_folder(args.trace);
+  std::optional<TraceRecorder> trace;
+  if (!args.trace.empty()) trace.emplace();
 
   BenchReport report;
   report.model = args.model;
@@ -483,7 +451,8 @@ int bench(const BenchArgs& args) {
                    args.batches[b], threads == 0 ? std::string("auto") : std::to_string(threads),
                    fmt::join(args.schedules, ", "), format_duration(args.time));
       }
-      measure_point(paths, feeds[b], args.batches[b], threads, args, report.rows);
+      measure_point(paths, feeds[b], args.batches[b], threads, args, report.rows,
+                    trace ? &*trace : nullptr);
     }
   }
   // Grouped by batch, then threads (measured threads-first so that engines load once per count).
@@ -493,8 +462,16 @@ int bench(const BenchArgs& args) {
                    });
 
   fmt::print("{}", format_table(report));
+  if (args.per_layer) fmt::print("{}", format_per_layer(report, args.per_layer_top));
   if (!args.json.empty()) write_text_file(args.json, format_json(report));
   if (!args.plot.empty()) write_text_file(args.plot, format_svg(report));
+  if (trace) {
+    trace->write(args.trace);
+    if (!args.quiet) {
+      fmt::print(stderr, "sparsecol bench: wrote {} ({} events{})\n", args.trace, trace->events(),
+                 trace->full() ? ", full: later runs were not traced" : "");
+    }
+  }
 
   std::set<std::string> errors;
   int failed = 0, mismatched = 0;
@@ -518,19 +495,6 @@ int bench(const BenchArgs& args) {
   return kExitOk;
 }
 
-CLI::Validator schedule_validator() {
-  return CLI::Validator(
-      [](std::string& name) {
-        try {
-          parse_schedule(name);
-          return std::string();
-        } catch (const Error& e) {
-          return std::string(e.what());
-        }
-      },
-      "SCHEDULE");
-}
-
 CommandAction setup(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   app.add_option("MODEL", args->model, "the .onnx model")->required();
@@ -539,8 +503,9 @@ CommandAction setup(CLI::App& app) {
         CLI::MultiOptionPolicy::TakeAll);
   };
   list(app.add_option("-s,--schedule", args->schedules,
-                      "comma-separated execution paths to compare (reference, layerwise, onednn); "
-                      "the first one is the baseline for speedup and agreement"))
+                      "comma-separated execution paths to compare (depthwise, layerwise, onednn, "
+                      "cuda, cuda-sparse, reference); the first one is the baseline for speedup "
+                      "and agreement; one this build or machine lacks gets an error row"))
       ->check(schedule_validator())
       ->capture_default_str();
   list(app.add_option("-b,--batch", args->batches, "comma-separated batch sizes"))
@@ -563,13 +528,31 @@ CommandAction setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--seed", args->seed, "seed of the random inputs")->capture_default_str();
   app.add_option("-i,--input", args->inputs,
-                 "input data instead of random values: FILE.npy for a model with one input, or "
-                 "NAME=FILE.npy (repeatable); batches are its first samples")
+                 "input data instead of random values (repeatable): FILE for a model with one "
+                 "input, NAME=FILE for input NAME, FILE.npz holding inputs by name; .npy, .npz "
+                 "or TensorProto .pb; batches are its first samples (default: random)")
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--json", args->json, "also write the results and machine info as JSON here");
-  app.add_option("--plot", args->plot, "also write a bar chart of items/s here (SVG)");
+  app.add_option("--json", args->json,
+                 "also write the results and machine info as JSON here (default: none)");
+  app.add_option("--plot", args->plot,
+                 "also write a bar chart of items/s per path and (batch, threads) here, as SVG "
+                 "(default: none)");
+  app.add_flag("--per-layer", args->per_layer,
+               "also profile each path (--profile-reps runs after the timed ones, so the table "
+               "is not slowed) and print its time per node, slowest first");
+  app.add_option("--per-layer-top", args->per_layer_top,
+                 "--per-layer lists this many nodes per path, the rest in one line (0: all)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--profile-reps", args->profile_reps,
+                 "profiled runs of each path for --per-layer and --trace")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--trace", args->trace,
+                 "also write the profiled runs as a Chrome/Perfetto trace here (JSON: a process "
+                 "per path, a track per thread; default: none)");
   app.add_flag("--strict", args->strict,
                "exit 2 when a path fails or its outputs disagree with the baseline's")
       ->capture_default_str();

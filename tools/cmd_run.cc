@@ -1,8 +1,9 @@
 // `sparsecol run MODEL --input x.npy --output y.npy`: batch scoring of a large input.
 //
-// Inputs are memory-mapped and fed in batches along axis 0 (the sample axis), so memory holds
-// one batch of inputs plus the outputs; outputs are gathered into one preallocated tensor per
-// output and written atomically at the end, so a failed or interrupted run leaves no partial file.
+// A .npy input is memory-mapped and fed in batches along axis 0 (the sample axis), so memory
+// holds one batch of inputs plus the outputs (.npz and .pb inputs are read whole, see
+// input_files.h); outputs are gathered into one preallocated tensor per output and written
+// atomically at the end, so a failed or interrupted run leaves no partial file.
 //
 // Ctrl-C (SIGINT) stops scoring cleanly after the batch in progress, says how far it got and
 // writes nothing (exit code 130, the shell's 128 + SIGINT); a second Ctrl-C kills at once.
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,16 +27,15 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "input_files.h"
 #include "sparsecol/io.h"
 #include "sparsecol/sparsecol.h"
+#include "trace.h"
 
 namespace sparsecol::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// 128 + SIGINT: what a shell reports for a program stopped by Ctrl-C.
-constexpr int kExitInterrupted = 130;
 
 // Set by the SIGINT handler, read between batches. A signal handler may only touch a
 // volatile std::sig_atomic_t (or a lock-free atomic) safely.
@@ -74,123 +75,38 @@ struct RunArgs {
   std::vector<std::string> outputs;
   int64_t batch = 16;
   int threads = 0;
-  std::string schedule = "reference";
+  std::string schedule = kDefaultSchedule;
+  std::string trace;
   bool quiet = false;
 };
-
-struct BoundInput {
-  const TensorInfo* info;
-  std::string path;
-  std::unique_ptr<NpyReader> reader;
-};
-
-std::string list_tensors(const std::vector<TensorInfo>& infos) {
-  std::vector<std::string> items;
-  items.reserve(infos.size());
-  for (const TensorInfo& info : infos) {
-    items.push_back(
-        fmt::format("{} ({} {})", info.name, to_string(info.dtype), shape_string(info)));
-  }
-  return fmt::format("{}", fmt::join(items, ", "));
-}
-
-const TensorInfo* find_info(const std::vector<TensorInfo>& infos, const std::string& name) {
-  for (const TensorInfo& info : infos) {
-    if (info.name == name) return &info;
-  }
-  return nullptr;
-}
-
-// Maps each --input (FILE or NAME=FILE) to a model input; every model input must get one file.
-std::vector<BoundInput> bind_inputs(const Engine& engine, const std::vector<std::string>& specs) {
-  const std::vector<TensorInfo>& model_inputs = engine.inputs();
-  std::vector<BoundInput> bound;
-  for (const std::string& spec : specs) {
-    const std::size_t eq = spec.find('=');
-    const TensorInfo* info = nullptr;
-    std::string path = spec;
-    if (eq != std::string::npos) {
-      const std::string name = spec.substr(0, eq);
-      path = spec.substr(eq + 1);
-      info = find_info(model_inputs, name);
-      if (info == nullptr) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("--input {}: the model has no input named '{}' (inputs: {})", spec,
-                                name, list_tensors(model_inputs)));
-      }
-    } else if (model_inputs.size() == 1) {
-      info = &model_inputs[0];
-    } else {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("--input {}: the model has {} inputs, name each one with --input "
-                              "NAME=FILE.npy (inputs: {})",
-                              spec, model_inputs.size(), list_tensors(model_inputs)));
-    }
-    for (const BoundInput& other : bound) {
-      if (other.info == info) {
-        throw Error(
-            ErrorCode::kInvalidArgument,
-            fmt::format("input '{}' is given twice ({} and {})", info->name, other.path, path));
-      }
-    }
-    bound.push_back({info, path, std::make_unique<NpyReader>(path)});
-  }
-  for (const TensorInfo& info : model_inputs) {
-    const bool given = std::any_of(bound.begin(), bound.end(),
-                                   [&](const BoundInput& b) { return b.info == &info; });
-    if (!given) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("no file for model input '{}' (pass --input {}=FILE.npy; inputs: {})",
-                              info.name, info.name, list_tensors(model_inputs)));
-    }
-  }
-  return bound;
-}
 
 // Checks what can be checked before scoring starts, so that a mistake costs no time: dtypes,
 // per-sample shapes, sample counts and fixed batch sizes. Returns the number of samples.
 int64_t check_inputs(const std::vector<BoundInput>& inputs, int64_t batch) {
-  const int64_t samples = inputs.front().reader->samples();
+  const BoundInput& first = inputs.front();
+  const int64_t samples = first.file.samples();
   for (const BoundInput& input : inputs) {
+    check_input_fits(input);
     const TensorInfo& info = *input.info;
-    const NpyReader& reader = *input.reader;
-    const std::string where = fmt::format("input '{}' ({})", info.name, input.path);
-    if (reader.dtype() != info.dtype) {
-      throw Error(ErrorCode::kDtypeMismatch,
-                  fmt::format("{}: the model expects dtype {}, the file holds {}", where,
-                              to_string(info.dtype), to_string(reader.dtype())));
-    }
-    if (reader.samples() != samples) {
+    if (input.file.samples() != samples) {
       throw Error(ErrorCode::kShapeMismatch,
                   fmt::format("inputs differ in sample count: '{}' ({}) has {}, '{}' ({}) has {}",
-                              inputs.front().info->name, inputs.front().path, samples, info.name,
-                              input.path, reader.samples()));
+                              first.info->name, first.file.where(), samples, info.name,
+                              input.file.where(), input.file.samples()));
     }
-    if (!info.shape_known) continue;
-    const std::vector<int64_t>& shape = reader.shape();
-    bool fits = shape.size() == info.shape.size();
-    for (std::size_t axis = 1; fits && axis < shape.size(); ++axis) {
-      fits = info.shape[axis] < 0 || info.shape[axis] == shape[axis];
-    }
-    if (!fits) {
-      throw Error(ErrorCode::kShapeMismatch,
-                  fmt::format("{}: the file's shape {} does not fit the model's {} (axis 0 is the "
-                              "sample axis, batched by --batch)",
-                              where, shape_string(shape), shape_string(info)));
-    }
-    const int64_t fixed = info.shape.front();
+    const int64_t fixed = info.shape_known ? info.shape.front() : -1;
     if (fixed >= 0 && (fixed != batch || samples % fixed != 0)) {
-      throw Error(ErrorCode::kShapeMismatch,
-                  fmt::format("{}: the model fixes the batch size to {} (shape {}); run with "
-                              "--batch {} and a sample count that is a multiple of it (the file "
-                              "has {})",
-                              where, fixed, shape_string(info), fixed, samples));
+      throw Error(
+          ErrorCode::kShapeMismatch,
+          fmt::format("input '{}' ({}): the model fixes the batch size to {} (shape {}); "
+                      "run with --batch {} and a sample count that is a multiple of it "
+                      "(the file has {})",
+                      info.name, input.file.where(), fixed, shape_string(info), fixed, samples));
     }
   }
   if (samples == 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("input '{}' ({}) has no samples", inputs.front().info->name,
-                            inputs.front().path));
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("input '{}' ({}) has no samples",
+                                                         first.info->name, first.file.where()));
   }
   return samples;
 }
@@ -203,7 +119,7 @@ std::vector<std::string> select_outputs(const Engine& engine, const RunArgs& arg
     for (const TensorInfo& info : model_outputs) names.push_back(info.name);
   }
   for (std::size_t i = 0; i < names.size(); ++i) {
-    if (find_info(model_outputs, names[i]) == nullptr) {
+    if (find_tensor(model_outputs, names[i]) == nullptr) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("--outputs: the model has no output named '{}' (outputs: {})",
                               names[i], list_tensors(model_outputs)));
@@ -325,12 +241,23 @@ int run(const RunArgs& args) {
   options.schedule = parse_schedule(args.schedule);
   options.threads = args.threads;
   const Engine engine = Engine::load(args.model, options);
-  const std::vector<BoundInput> inputs = bind_inputs(engine, args.inputs);
+  const std::vector<BoundInput> inputs =
+      bind_inputs(engine.inputs(), args.inputs, /*require_all=*/true);
   const int64_t samples = check_inputs(inputs, args.batch);
   const std::vector<std::string> output_names = select_outputs(engine, args);
   check_writable_folder(args.output);
+  check_writable_folder(args.trace);
 
   Session session = engine.session();
+  std::optional<TraceRecorder> trace;
+  int trace_process = 0;
+  if (!args.trace.empty()) {
+    trace.emplace();
+    trace_process = trace->add_process(
+        fmt::format("run {}: {}, batch {}, {} threads", args.model, args.schedule, args.batch,
+                    args.threads == 0 ? "auto" : std::to_string(args.threads)));
+    session.set_profiling(true);
+  }
   OutputGather gather(output_names, samples);
   Progress progress(samples, !args.quiet);
   std::vector<double> latencies;
@@ -347,12 +274,18 @@ int run(const RunArgs& args) {
     const int64_t count = std::min(args.batch, samples - begin);
     NamedTensors feed;
     for (const BoundInput& input : inputs) {
-      feed.emplace(input.info->name, input.reader->samples_view(begin, count));
+      feed.emplace(input.info->name, input.file.samples_view(begin, count));
     }
     const auto batch_start = Clock::now();
     const NamedTensors outputs = session.run(feed);
     latencies.push_back(seconds_since(batch_start));
+    // A full trace stops profiling: the rest of the run goes at full speed.
+    if (trace && !trace->add_run(trace_process, batch_start, session.profile())) {
+      session.set_profiling(false);
+    }
     gather.add(outputs, begin, count);
+    // Read pages of the inputs would otherwise stay resident: memory would grow with the file.
+    for (const BoundInput& input : inputs) input.file.release_before(begin + count);
     progress.update(begin + count);
   }
   const double wall = seconds_since(start);
@@ -363,6 +296,7 @@ int run(const RunArgs& args) {
   } else {
     write_npy(args.output, gather.tensors().begin()->second);
   }
+  if (trace) trace->write(args.trace);
 
   if (!args.quiet) {
     const LatencyStats stats = latency_stats(latencies);
@@ -378,6 +312,10 @@ int run(const RunArgs& args) {
           fmt::format("{} {} {}", name, to_string(tensor.dtype()), shape_string(tensor.shape())));
     }
     fmt::print(stderr, "sparsecol: wrote {} ({})\n", args.output, fmt::join(written, ", "));
+    if (trace) {
+      fmt::print(stderr, "sparsecol: wrote {} ({} events{})\n", args.trace, trace->events(),
+                 trace->full() ? ", full: later batches were not traced" : "");
+    }
   }
   return kExitOk;
 }
@@ -387,8 +325,10 @@ CommandAction setup(CLI::App& app) {
   app.add_option("MODEL", args->model, "the .onnx model")->required();
   // One value per --input, so that a positional MODEL after it is not taken as a second file.
   app.add_option("-i,--input", args->inputs,
-                 "input file, FILE.npy for a model with one input or NAME=FILE.npy (repeatable); "
-                 "axis 0 is the sample axis")
+                 "input file (repeatable): FILE for a model with one input, NAME=FILE for input "
+                 "NAME, FILE.npz holding every input by name; axis 0 is the sample axis. A .npy "
+                 "is memory-mapped and streamed (memory stays flat); a .npz or an ONNX "
+                 "TensorProto .pb is read whole")
       ->required()
       ->expected(1)
       ->allow_extra_args(false)
@@ -416,17 +356,15 @@ CommandAction setup(CLI::App& app) {
   app.add_option("-t,--threads", args->threads, "threads (0: one per physical core)")
       ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--schedule", args->schedule, "execution schedule (reference)")
-      ->check(CLI::Validator(
-          [](std::string& name) {
-            try {
-              parse_schedule(name);
-              return std::string();
-            } catch (const Error& e) {
-              return std::string(e.what());
-            }
-          },
-          "SCHEDULE"))
+  app.add_option("--schedule", args->schedule,
+                 "execution schedule: depthwise, layerwise, onednn, cuda, cuda-sparse or "
+                 "reference (one that this build or machine lacks is refused with the reason)")
+      ->check(schedule_validator())
+      ->capture_default_str();
+  app.add_option("--trace", args->trace,
+                 "also write a Chrome/Perfetto trace of the run here (JSON: one track per "
+                 "thread, one slice per node or tile; profiling slows the run a little; at most "
+                 "1M events, later batches untraced; default: none)")
       ->capture_default_str();
   app.add_flag("-q,--quiet", args->quiet, "no progress and no summary on stderr")
       ->capture_default_str();

@@ -27,9 +27,18 @@ namespace sparsecol::cli {
 
 // Exit codes, documented in `sparsecol --help`.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitUsage = 1;     // the command line does not parse
-inline constexpr int kExitFailure = 2;   // a model, input or file error (sparsecol::Error)
-inline constexpr int kExitInternal = 3;  // anything else: a bug
+inline constexpr int kExitUsage = 1;          // the command line does not parse
+inline constexpr int kExitFailure = 2;        // a model, input or file error (sparsecol::Error)
+inline constexpr int kExitInternal = 3;       // anything else: a bug
+inline constexpr int kExitMismatch = 4;       // `check`: the model ran but an output is off
+inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as a shell reports Ctrl-C
+
+// The schedule `run` and `check` use, and the paths `bench` compares, when none is given: the
+// depth-wise schedule (the engine's fastest CPU path; it runs every model, falling back to
+// layer-by-layer steps for ops that cannot be tiled), compared against the layer-by-layer
+// baseline and oneDNN.
+inline constexpr const char* kDefaultSchedule = "depthwise";
+inline constexpr const char* kDefaultBenchSchedules = "depthwise,layerwise,onednn";
 
 // What a subcommand does once its command line has parsed; throws sparsecol::Error on failure.
 using CommandAction = std::function<int()>;
@@ -50,6 +59,10 @@ std::vector<Command> registered_commands();
 // A CLI11 check that an integer option is at least `minimum`, with a plain message.
 CLI::Validator at_least(int64_t minimum);
 
+// A CLI11 check that a --schedule value is one that sparsecol::parse_schedule accepts; its
+// message lists them. (Whether the schedule is built and usable here is the Engine's to say.)
+CLI::Validator schedule_validator();
+
 // "850 us", "12.5 ms", "3.25 s", "4m05s", "1h02m".
 std::string format_duration(double seconds);
 
@@ -67,5 +80,9 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 // Fails (Error naming the path and the folder) when the folder `path` would be written in is
 // not writable: checked before long work rather than after it. An empty path passes.
 void check_writable_folder(const std::string& path);
+
+// Writes `text` to `path` through a temporary file renamed into place, so that a reader never
+// sees half a file. Throws Error(kIoError / kNotFound) naming the file.
+void write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace sparsecol::cli

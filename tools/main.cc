@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <new>
 
 #include <fmt/format.h>
@@ -48,6 +49,41 @@ void check_writable_folder(const std::string& path) {
     throw Error(
         error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
         fmt::format("cannot write '{}': folder '{}': {}", path, folder, std::strerror(error)));
+  }
+}
+
+CLI::Validator schedule_validator() {
+  return CLI::Validator(
+      [](std::string& names) {
+        try {
+          parse_schedule(names);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      },
+      "SCHEDULE");
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (out) out << text;
+    out.flush();
+    if (!out) {
+      const int error = errno;
+      out.close();
+      std::remove(temp.c_str());
+      throw Error(error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
+                  fmt::format("cannot write '{}': {}", path, std::strerror(error)));
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(temp.c_str());
+    throw Error(ErrorCode::kIoError,
+                fmt::format("cannot write '{}': {}", path, std::strerror(error)));
   }
 }
 
@@ -96,7 +132,8 @@ int run_command_line(int argc, char** argv) {
   app.footer(
       "Run 'sparsecol COMMAND --help' for a command's options.\n"
       "Exit codes: 0 success, 1 usage error, 2 model, input or file error, 3 internal error, "
-      "130 interrupted (Ctrl-C: run stops after the current batch and writes nothing).");
+      "4 check found an output outside its tolerance, 130 interrupted (Ctrl-C: run stops after "
+      "the current batch and writes nothing).");
 
   std::vector<std::pair<CLI::App*, CommandAction>> commands;
   for (const Command& command : registered_commands()) {

@@ -46,6 +46,10 @@ class NpyReader {
   // the element size yields an owning copy instead.) Throws Error(kInvalidArgument) for a range
   // outside the file, or for bool bytes other than 0 and 1 in the range.
   Tensor samples_view(int64_t begin, int64_t count) const;
+  // Says that samples before `sample` will not be read again, so that their pages leave the
+  // process's memory: a front-to-back scan then keeps memory flat however large the file.
+  // Views of those samples must no longer be used (reading them again maps the file anew).
+  void release_before(int64_t sample) const;
 
   struct Impl;
 

@@ -1,35 +1,52 @@
-// The convolution front end: picks an implementation per geometry at packing time and lowers a
-// range of output rows onto the GEMM (f32-gemm/gemm.h) or the depthwise kernel
-// (f32-dwconv/dwconv.h). See conv.h.
+// The convolution front end: picks an implementation per geometry and weight sparsity at packing
+// time and lowers a range of output rows onto the GEMM (f32-gemm/gemm.h), the sparse kernels
+// (f32-spmm/spmm.h) or the depthwise kernel (f32-dwconv/dwconv.h). See conv.h.
 #include "f32-conv/conv.h"
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "f32-dwconv/dwconv.h"
+#include "f32-gemm/ukernels.h"
+#include "f32-spmm/spmm.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::kernels {
 
 struct PackedConv::Impl {
-  enum class Kind { kGemm1x1, kIm2colGemm, kDepthwise };
+  enum class Kind { kGemm1x1, kIm2colGemm, kDepthwise, kSpmm1x1, kSpmmPhases };
   Kind kind = Kind::kIm2colGemm;
   std::vector<PackedA> groups;  // GEMM kinds: group g's weights [OC/g x IC/g*KH*KW]
   std::vector<float> weight;    // depthwise: [C x KH*KW]
   std::vector<float> bias;      // out_c values, zeros when the layer has none
+  double sparsity = 0.0;        // fraction of exact zeros of the weight
+  // Sparse kinds: all groups in one matrix [OC x IC/g*KH*KW], its offsets laid out for the
+  // whole input tensor (1x1) or for the phase planes of a chunk (the others).
+  std::optional<SparseMatrix> sparse;
+  Isa sparse_isa = Isa::kPortable;
+  // kSpmmPhases (see pack_sparse): output rows per chunk, the length of a phase row, and the
+  // floats of one phase plane of the chunk buffer (they fix the packed offsets).
+  int64_t chunk_rows = 0;
+  int64_t phase_w = 0;
+  int64_t phase_plane = 0;
+
+  bool is_sparse() const { return sparse.has_value(); }
+  bool is_gemm() const { return kind == Kind::kGemm1x1 || kind == Kind::kIm2colGemm; }
 };
 
 namespace {
 
-// im2col works on chunks of output rows whose column matrix stays below this many floats
-// (256 KiB), so that it is still in L2 (1-2 MiB per core on current x86 servers) when the GEMM
-// streams it; but never on fewer than kMinChunkPixels output pixels, because a GEMM this narrow
-// spends its time on edges (ResNet-50's last 3x3 layer, 4608 deep and 7 wide, ran 3x slower in
-// chunks of 2 rows than in one chunk of all 7).
-constexpr int64_t kIm2colBudget = 64 * 1024;
+// im2col chunks (kIm2colBudgetFloats, conv.h) never hold fewer than kMinChunkPixels output
+// pixels, because a GEMM this narrow spends its time on edges (ResNet-50's last 3x3 layer, 4608
+// deep and 7 wide, ran 3x slower in chunks of 2 rows than in one chunk of all 7).
 constexpr int64_t kMinChunkPixels = 64;
+// The sparse phase path copies the chunk's input rows, zero-padded, into a buffer the kernel
+// reads once per non-zero of every output channel: at most this many floats (128 KiB), so that
+// it and the chunk's output stay in the 512 KiB L2 of a Zen 3 core.
+constexpr int64_t kPaddedBudget = 32 * 1024;
 
 void check_geometry(const ConvGeometry& g) {
   const bool positive = g.in_c > 0 && g.in_h > 0 && g.in_w > 0 && g.out_c > 0 && g.out_h > 0 &&
@@ -58,10 +75,11 @@ void valid_range(int64_t out_size, int64_t stride, int64_t offset, int64_t size,
 }
 
 // The column matrix of input channels [c0, c0 + channels) for output rows [oh_begin, oh_end):
-// row (c, ky, kx), column (oh - oh_begin) * out_w + ox, zeros where the tap is in padding.
+// row (c, ky, kx) at cols + row * ldb, column (oh - oh_begin) * out_w + ox, zeros where the tap
+// is in padding.
 void im2col(const ConvGeometry& g, const PlaneView& src, int64_t c0, int64_t channels,
-            int64_t oh_begin, int64_t oh_end, float* cols) {
-  const int64_t n = (oh_end - oh_begin) * g.out_w;
+            int64_t oh_begin, int64_t oh_end, float* cols, int64_t ldb) {
+  const int64_t n = ldb;
   for (int64_t c = 0; c < channels; ++c) {
     const float* plane = src.data + (c0 + c) * src.plane_stride;
     for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
@@ -105,7 +123,64 @@ void conv_input_rows(const ConvGeometry& g, int64_t oh_begin, int64_t oh_end, in
   *last = std::clamp(hi, *first, g.in_h);
 }
 
-PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias)
+namespace {
+
+// Output rows per chunk of a sparse lowering through scratch, whose layout the packed offsets fix:
+// `floats_per_row` scratch floats per output row plus `fixed` whatever the chunk, within
+// `budget`; never fewer than kMinChunkPixels output pixels (see above), never more than out_h.
+int64_t chunk_rows(const ConvGeometry& g, int64_t floats_per_row, int64_t fixed, int64_t budget) {
+  const int64_t fit = (budget - fixed) / std::max<int64_t>(floats_per_row, 1);
+  const int64_t least = (kMinChunkPixels + g.out_w - 1) / g.out_w;
+  return std::clamp<int64_t>(std::max(fit, least), 1, g.out_h);
+}
+
+// Packs the weight [OC x IC/g*KH*KW] for the sparse lowering the geometry takes.
+void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& impl) {
+  using Kind = PackedConv::Impl::Kind;
+  const int64_t taps = g.kernel_h * g.kernel_w;
+  const int64_t depth = g.in_c / g.groups * taps;
+  // B row (c, ky, kx) for input channel c of any group: group g's column k is B row g*depth + k.
+  std::vector<int64_t> offsets(static_cast<std::size_t>(g.in_c * taps));
+  auto b_row = [&](int64_t c, int64_t ky, int64_t kx) -> int64_t& {
+    return offsets[static_cast<std::size_t>((c * g.kernel_h + ky) * g.kernel_w + kx)];
+  };
+  if (impl.kind == Kind::kGemm1x1) {
+    impl.kind = Kind::kSpmm1x1;
+    for (int64_t c = 0; c < g.in_c; ++c) b_row(c, 0, 0) = c * g.in_h * g.in_w;
+  } else {
+    // Any other convolution reads a zero-padded copy of the chunk's input rows, split by stride
+    // phase (space-to-depth): channel c's input (row i * sh + a, column j * sw + b), counted from
+    // the chunk's first padded row and column, goes to plane (c, a, b) at row i, column j. Tap
+    // (ky, kx) with ky * dh = qy * sh + a and kx * dw = qx * sw + b then reads plane (c, a, b)
+    // qy rows and qx columns on from where output pixel (oh, ox) sits, the flat position
+    // (oh - r0) * phase_w + ox: every tap is a contiguous run of outputs, with no im2col. With
+    // stride 1 there is one phase and this is a plain padded copy. The kernel computes
+    // phase_w-wide rows, of which the last phase_w - out_w columns are discarded.
+    impl.kind = Kind::kSpmmPhases;
+    impl.phase_w = g.out_w + (g.kernel_w - 1) * g.dilation_w / g.stride_w;
+    const int64_t halo = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
+    const int64_t planes = g.in_c * g.stride_h * g.stride_w;
+    impl.chunk_rows =
+        chunk_rows(g, planes * impl.phase_w, planes * halo * impl.phase_w, kPaddedBudget);
+    impl.phase_plane = (impl.chunk_rows + halo) * impl.phase_w;
+    for (int64_t c = 0; c < g.in_c; ++c) {
+      for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+        for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+          const int64_t y = ky * g.dilation_h, x = kx * g.dilation_w;
+          const int64_t plane = (c * g.stride_h + y % g.stride_h) * g.stride_w + x % g.stride_w;
+          b_row(c, ky, kx) =
+              plane * impl.phase_plane + y / g.stride_h * impl.phase_w + x / g.stride_w;
+        }
+      }
+    }
+  }
+  impl.sparse.emplace(weight, g.out_c, depth, depth, 1, g.groups, offsets);
+}
+
+}  // namespace
+
+PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
+                       double sparse_threshold, Isa isa)
     : geometry_(geometry) {
   check_geometry(geometry);
   const ConvGeometry& g = geometry_;
@@ -114,6 +189,8 @@ PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const 
   if (bias != nullptr) std::copy(bias, bias + g.out_c, impl->bias.begin());
 
   const int64_t taps = g.kernel_h * g.kernel_w;
+  const int64_t depth = g.in_c / g.groups * taps;  // ONNX weight rows are already [oc][ic][ky][kx]
+  impl->sparsity = zero_fraction(weight, g.out_c * depth);
   if (g.groups == g.in_c && g.groups == g.out_c) {
     impl->kind = Impl::Kind::kDepthwise;
     impl->weight.assign(weight, weight + g.out_c * taps);
@@ -122,14 +199,37 @@ PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const 
                            g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 &&
                            g.in_h == g.out_h && g.in_w == g.out_w;
     impl->kind = pointwise ? Impl::Kind::kGemm1x1 : Impl::Kind::kIm2colGemm;
-    const int64_t oc_per_group = g.out_c / g.groups;
-    const int64_t depth =
-        g.in_c / g.groups * taps;  // ONNX weight rows are already [oc][ic][ky][kx]
-    for (int64_t group = 0; group < g.groups; ++group) {
-      impl->groups.emplace_back(weight + group * oc_per_group * depth, oc_per_group, depth, depth);
+    if (impl->sparsity >= resolve_sparse_threshold(sparse_threshold, SparseLayerKind::kConv)) {
+      impl->sparse_isa = std::min(isa, active_isa());
+      pack_sparse(g, weight, *impl);
+    } else {
+      const int64_t oc_per_group = g.out_c / g.groups;
+      for (int64_t group = 0; group < g.groups; ++group) {
+        impl->groups.emplace_back(weight + group * oc_per_group * depth, oc_per_group, depth,
+                                  depth);
+      }
     }
   }
   impl_ = std::move(impl);
+}
+
+double PackedConv::weight_sparsity() const { return impl_->sparsity; }
+
+const char* PackedConv::weight_format() const {
+  return impl_->is_sparse() ? "sparse-csr" : "dense";
+}
+
+int64_t PackedConv::packed_bytes() const {
+  int64_t bytes = static_cast<int64_t>(impl_->bias.size() * sizeof(float));
+  if (impl_->is_sparse()) return bytes + impl_->sparse->packed_bytes();
+  if (impl_->kind == Impl::Kind::kDepthwise) {
+    return bytes + static_cast<int64_t>(impl_->weight.size() * sizeof(float));
+  }
+  for (const PackedA& a : impl_->groups) {
+    bytes += packed_a_size(a.rows(), a.depth(), default_gemm_ukernel(a.isa()).mr) *
+             static_cast<int64_t>(sizeof(float));
+  }
+  return bytes;
 }
 
 std::string PackedConv::implementation() const {
@@ -142,8 +242,162 @@ std::string PackedConv::implementation() const {
     case Impl::Kind::kDepthwise:
       return fmt::format("depthwise-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          to_string(active_isa()));
+    case Impl::Kind::kSpmm1x1:
+      return fmt::format("spmm-1x1/{}", to_string(impl_->sparse_isa));
+    case Impl::Kind::kSpmmPhases:
+      return fmt::format("spmm-{}x{}{}/{}", geometry_.kernel_h, geometry_.kernel_w,
+                         geometry_.stride_h == 1 && geometry_.stride_w == 1 ? "" : "-strided",
+                         to_string(impl_->sparse_isa));
   }
   return "unknown";
+}
+
+namespace {
+
+// Fills the phase planes (see pack_sparse) for output rows [r0, r1): `rows` phase rows per
+// plane, zeros wherever the input position is padding or beyond the rows those outputs read
+// (a tile buffer holds no more).
+void fill_phases(const ConvGeometry& g, const PlaneView& src, int64_t r0, int64_t r1, int64_t rows,
+                 int64_t phase_w, int64_t plane_size, float* planes) {
+  const int64_t last_row =
+      std::min(g.in_h, (r1 - 1) * g.stride_h - g.pad_top + (g.kernel_h - 1) * g.dilation_h + 1);
+  for (int64_t c = 0; c < g.in_c; ++c) {
+    for (int64_t a = 0; a < g.stride_h; ++a) {
+      for (int64_t b = 0; b < g.stride_w; ++b) {
+        float* plane = planes + ((c * g.stride_h + a) * g.stride_w + b) * plane_size;
+        // Phase columns j whose input column j * sw + b - pad_left lies in [0, in_w).
+        const int64_t first =
+            std::min(phase_w, std::max<int64_t>(0, g.pad_left - b + g.stride_w - 1) / g.stride_w);
+        const int64_t end = std::clamp<int64_t>(
+            (g.in_w + g.pad_left - b + g.stride_w - 1) / g.stride_w, first, phase_w);
+        for (int64_t i = 0; i < rows; ++i) {
+          float* row = plane + i * phase_w;
+          const int64_t ih = r0 * g.stride_h - g.pad_top + i * g.stride_h + a;
+          if (ih < 0 || ih >= last_row) {
+            std::fill_n(row, phase_w, 0.0f);
+            continue;
+          }
+          const float* in = src.data + c * src.plane_stride + (ih - src.row0) * g.in_w;
+          std::fill(row, row + first, 0.0f);
+          if (g.stride_w == 1 && end > first) {  // one phase: a copy; first >= pad_left here
+            std::memcpy(row + first, in + first - g.pad_left,
+                        static_cast<std::size_t>(end - first) * sizeof(float));
+          } else {
+            for (int64_t j = first; j < end; ++j) row[j] = in[j * g.stride_w + b - g.pad_left];
+          }
+          std::fill(row + end, row + phase_w, 0.0f);
+        }
+      }
+    }
+  }
+}
+
+// dst[x] = post(residual[x] + acc[x]) for one output row whose bias and pre-residual activation
+// the kernel already applied. `residual` may be nullptr.
+void finish_row(const float* acc, const float* residual, int64_t n, const Epilogue& e, float* dst) {
+  if (residual == nullptr && e.post_residual == Activation::kNone) {
+    std::memcpy(dst, acc, static_cast<std::size_t>(n) * sizeof(float));
+    return;
+  }
+  for (int64_t x = 0; x < n; ++x) {
+    const float v = residual != nullptr ? acc[x] + residual[x] : acc[x];
+    dst[x] = apply_activation(e.post_residual, v, e.clip_min, e.clip_max);
+  }
+}
+
+// The sparse lowerings (see pack_sparse): the kernel computes every output channel of a run of
+// output pixels.
+void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const PlaneView& src,
+                      const PlaneView& dst, int64_t oh_begin, int64_t oh_end, int64_t oc_begin,
+                      int64_t oc_end, const Epilogue& epilogue, const PlaneView* residual,
+                      std::vector<float>& scratch) {
+  using Kind = PackedConv::Impl::Kind;
+  const SparseMatrix& a = *impl.sparse;
+  // Output rows [r0, r1) straight into dst (contiguous out_w-wide rows of each plane) with the
+  // whole epilogue, from B rows at `offsets` from `b`.
+  auto direct = [&](int64_t r0, int64_t r1, const float* b, const int32_t* offsets) {
+    Epilogue e = epilogue;
+    e.row_bias = impl.bias.data() + oc_begin;
+    e.col_bias = nullptr;
+    e.residual = nullptr;
+    if (residual != nullptr) {
+      e.residual =
+          residual->data + oc_begin * residual->plane_stride + (r0 - residual->row0) * g.out_w;
+      e.residual_ld = residual->plane_stride;
+    }
+    spmm(a, offsets, oc_begin, oc_end, b, (r1 - r0) * g.out_w,
+         dst.data + oc_begin * dst.plane_stride + (r0 - dst.row0) * g.out_w, dst.plane_stride, e,
+         impl.sparse_isa);
+  };
+
+  if (impl.kind == Kind::kSpmm1x1) {
+    const float* b = src.data + (oh_begin - src.row0) * g.in_w;
+    if (src.plane_stride == g.in_h * g.in_w) {
+      direct(oh_begin, oh_end, b, a.offsets());
+      return;
+    }
+    // A tile buffer (the depth-wise schedule): the same planes at another stride. Re-mapping
+    // costs one pass over the non-zeros, against one pass per output pixel for the product.
+    thread_local std::vector<int64_t> b_rows;
+    thread_local std::vector<int32_t> offsets;
+    b_rows.resize(static_cast<std::size_t>(g.in_c));
+    for (int64_t c = 0; c < g.in_c; ++c) b_rows[static_cast<std::size_t>(c)] = c * src.plane_stride;
+    a.offsets_for(b_rows, offsets);
+    direct(oh_begin, oh_end, b, offsets.data());
+    return;
+  }
+
+  // Phases: the kernel computes phase_w-wide rows into scratch; the residual and the activation
+  // after it are applied on the copy out, where the output's own row length applies.
+  const int64_t pw = impl.phase_w, halo = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
+  const int64_t in_floats = g.in_c * g.stride_h * g.stride_w * impl.phase_plane;
+  scratch.resize(static_cast<std::size_t>(in_floats + (oc_end - oc_begin) * impl.chunk_rows * pw));
+  float* planes = scratch.data();
+  float* out = planes + in_floats;
+  Epilogue inner;
+  inner.row_bias = impl.bias.data() + oc_begin;
+  inner.pre_residual = epilogue.pre_residual;
+  inner.clip_min = epilogue.clip_min;
+  inner.clip_max = epilogue.clip_max;
+  for (int64_t r0 = oh_begin; r0 < oh_end; r0 += impl.chunk_rows) {
+    const int64_t rows = std::min(oh_end - r0, impl.chunk_rows);
+    fill_phases(g, src, r0, r0 + rows, rows + halo, pw, impl.phase_plane, planes);
+    const int64_t n = (rows - 1) * pw + g.out_w;
+    spmm(a, a.offsets(), oc_begin, oc_end, planes, n, out, n, inner, impl.sparse_isa);
+    for (int64_t oc = oc_begin; oc < oc_end; ++oc) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t oh = r0 + r;
+        const float* res = residual == nullptr ? nullptr
+                                               : residual->data + oc * residual->plane_stride +
+                                                     (oh - residual->row0) * g.out_w;
+        finish_row(out + (oc - oc_begin) * n + r * pw, res, g.out_w, epilogue,
+                   dst.data + oc * dst.plane_stride + (oh - dst.row0) * g.out_w);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool PackedConv::splits_channels() const { return impl_->is_sparse(); }
+
+void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
+                   int64_t oh_begin, int64_t oh_end, int64_t oc_begin, int64_t oc_end,
+                   const Epilogue& epilogue, const PlaneView* residual,
+                   std::vector<float>& scratch) {
+  const ConvGeometry& g = conv.geometry();
+  const bool full = oc_begin == 0 && oc_end == g.out_c;
+  if (oc_begin < 0 || oc_end > g.out_c || oc_begin > oc_end || (!full && !conv.splits_channels())) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("conv2d_region: output channels [{}, {}) of {} with {}", oc_begin,
+                            oc_end, g.out_c, conv.implementation()));
+  }
+  if (!conv.splits_channels()) {
+    conv2d_rows(conv, src, dst, oh_begin, oh_end, epilogue, residual, scratch);
+  } else if (oh_begin < oh_end && oc_begin < oc_end) {
+    sparse_conv_rows(g, *conv.impl(), src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue,
+                     residual, scratch);
+  }
 }
 
 void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
@@ -152,6 +406,10 @@ void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& 
   const ConvGeometry& g = conv.geometry();
   const PackedConv::Impl& impl = *conv.impl();
   if (oh_begin >= oh_end) return;
+  if (impl.is_sparse()) {
+    sparse_conv_rows(g, impl, src, dst, oh_begin, oh_end, 0, g.out_c, epilogue, residual, scratch);
+    return;
+  }
   if (impl.kind == PackedConv::Impl::Kind::kDepthwise) {
     dwconv2d_rows(g, impl.weight.data(), impl.bias.data(), src, dst, oh_begin, oh_end, epilogue,
                   residual, scratch);
@@ -186,12 +444,13 @@ void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& 
 
   const int64_t depth = ic_per_group * g.kernel_h * g.kernel_w;
   const int64_t chunk =
-      std::max(kIm2colBudget / (depth * g.out_w), (kMinChunkPixels + g.out_w - 1) / g.out_w);
+      std::max(kIm2colBudgetFloats / (depth * g.out_w), (kMinChunkPixels + g.out_w - 1) / g.out_w);
   scratch.resize(static_cast<std::size_t>(depth * std::min(chunk, oh_end - oh_begin) * g.out_w));
   for (int64_t r0 = oh_begin; r0 < oh_end; r0 += chunk) {
     const int64_t r1 = std::min(oh_end, r0 + chunk);
     for (int64_t group = 0; group < g.groups; ++group) {
-      im2col(g, src, group * ic_per_group, ic_per_group, r0, r1, scratch.data());
+      im2col(g, src, group * ic_per_group, ic_per_group, r0, r1, scratch.data(),
+             (r1 - r0) * g.out_w);
       gemm_rows(group, r0, r1, scratch.data(), (r1 - r0) * g.out_w);
     }
   }

@@ -3,10 +3,16 @@
 // Layout: NCHW, because the sparse kernels (and this dense one) broadcast one weight and FMA it
 // into 16 consecutive pixels of a channel plane, and because a tile of output rows of an NCHW
 // image is a contiguous run of each plane: the depth-wise schedule's tiles need no gather.
-// Implementations, chosen at packing time from the geometry:
+// Implementations, chosen at packing time from the geometry and the weight's sparsity:
 //  - 1x1, stride 1: a GEMM of weights [OC x IC] by the input planes [IC x H*W];
-//  - depthwise (groups == in_c == out_c): a per-channel direct kernel;
+//  - depthwise (groups == in_c == out_c): a per-channel direct kernel (always dense: 9 weights
+//    per channel leave nothing for a sparse format to skip);
 //  - otherwise: im2col of the needed input rows into scratch, then GEMM per group.
+// A weight whose fraction of exact zeros reaches the sparse threshold runs through the sparse
+// kernels (f32-spmm/spmm.h) instead: 1x1 stride 1 straight from the input planes ("spmm-1x1"),
+// any other convolution over a zero-padded copy of the input rows split by stride phase
+// ("spmm-3x3", "spmm-3x3-strided"; see pack_sparse in conv.cc), which needs no im2col. All
+// groups share one sparse matrix: a non-zero's offset names its group's input channel directly.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +35,12 @@ struct ConvGeometry {
   int64_t groups = 1;
 };
 
+// im2col works on chunks of output rows whose column matrix stays below this many floats
+// (256 KiB), so that it is still in L2 (1-2 MiB per core on current x86 servers) when the GEMM
+// streams it. A chunk is never narrower than 64 output pixels (conv.cc, kMinChunkPixels), so a
+// very deep layer exceeds it: ResNet-50's 4608-deep 7x7 layer takes all 7 rows, 221 Ki floats.
+inline constexpr int64_t kIm2colBudgetFloats = 64 * 1024;
+
 // Input rows [first, last) that output rows [oh_begin, oh_end) read (clamped to the image):
 // the tile algebra of a convolution.
 void conv_input_rows(const ConvGeometry& g, int64_t oh_begin, int64_t oh_end, int64_t* first,
@@ -46,9 +58,19 @@ struct PlaneView {
 // Weights (and bias) packed once at load for the implementation the geometry selects.
 class PackedConv {
  public:
-  PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias);
+  // `sparse_threshold`: the sparsity (fraction of exact zeros) at or above which the sparse
+  // kernels are used; negative: kConvSparseThreshold (f32-spmm/spmm.h), kAlwaysDense: never.
+  // The sparse kernels run at `isa` (capped at active_isa()): tests pick each path.
+  PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
+             double sparse_threshold = -1.0, Isa isa = active_isa());
   const ConvGeometry& geometry() const { return geometry_; }
-  std::string implementation() const;  // e.g. "gemm-1x1/avx512", "depthwise-3x3/portable"
+  std::string implementation() const;  // e.g. "gemm-1x1/avx512", "spmm-1x1/avx2"
+  double weight_sparsity() const;      // fraction of exact zeros of the weight
+  const char* weight_format() const;   // "dense" or "sparse-csr"
+  int64_t packed_bytes() const;        // bytes of the packed weight and bias
+  // Whether conv2d_region takes any range of output channels (the sparse implementations), or
+  // only all of them.
+  bool splits_channels() const;
 
   struct Impl;
   std::shared_ptr<const Impl> impl() const { return impl_; }
@@ -65,5 +87,13 @@ class PackedConv {
 void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
                  int64_t oh_begin, int64_t oh_end, const Epilogue& epilogue,
                  const PlaneView* residual, std::vector<float>& scratch);
+
+// As conv2d_rows, for output channels [oc_begin, oc_end) only, so that a layer whose image has
+// few rows can still be split across threads. Any range when conv.splits_channels(), otherwise
+// only every channel (Error(kInvalidArgument) for a part).
+void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
+                   int64_t oh_begin, int64_t oh_end, int64_t oc_begin, int64_t oc_end,
+                   const Epilogue& epilogue, const PlaneView* residual,
+                   std::vector<float>& scratch);
 
 }  // namespace sparsecol::kernels

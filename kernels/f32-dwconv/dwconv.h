@@ -6,9 +6,9 @@
 // multiply-adds per output pixel, so it is bound by memory and by data movement, not by FMAs:
 // per channel, the needed input rows are copied once into a zero-padded scratch block whose
 // rows are split into `stride` phases (even/odd columns for stride 2), after which every tap is
-// one contiguous, unaligned vector load and one FMA per vector of outputs (16 on AVX-512, 4 on
-// the portable path); no bounds test is left in the inner loop. Any kernel size, stride, dilation
-// and padding is served; 3x3 stride 1 and 2 (MobileNetV2) are the shapes it is tuned for.
+// one contiguous, unaligned vector load and one FMA per vector of outputs (16 on AVX-512, 8 on
+// AVX2, 4 on the portable path); no bounds test is left in the inner loop. Any kernel size, stride,
+// dilation and padding is served; 3x3 stride 1 and 2 (MobileNetV2) are the shapes it is tuned for.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// The depthwise convolution body, compiled once per ISA by dwconv_portable.cc and
-// dwconv_avx512.cc (see f32-eltwise/simd.h for why one body serves both).
+// The depthwise convolution body, compiled once per ISA by dwconv_portable.cc, dwconv_avx2.cc
+// and dwconv_avx512.cc (see f32-eltwise/simd.h for why one body serves all three).
 #pragma once
 
 #include "f32-dwconv/dwconv.h"

@@ -53,6 +53,8 @@ inline PaddedBlock plan_block(const WindowGeometry& g, int64_t oh_begin, int64_t
 inline Vec even_lanes(Vec a, Vec b) {
 #ifdef __AVX512F__
   return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+#elif defined(__AVX2__)
+  return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
 #else
   return __builtin_shufflevector(a, b, 0, 2, 4, 6);
 #endif
@@ -60,6 +62,8 @@ inline Vec even_lanes(Vec a, Vec b) {
 inline Vec odd_lanes(Vec a, Vec b) {
 #ifdef __AVX512F__
   return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+#elif defined(__AVX2__)
+  return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
 #else
   return __builtin_shufflevector(a, b, 1, 3, 5, 7);
 #endif

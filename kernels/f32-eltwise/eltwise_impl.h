@@ -1,5 +1,5 @@
-// The element-wise bodies, compiled once per ISA by eltwise_portable.cc and eltwise_avx512.cc
-// (see simd.h for why one body serves both).
+// The element-wise bodies, compiled once per ISA by eltwise_portable.cc, eltwise_avx2.cc and
+// eltwise_avx512.cc (see simd.h for why one body serves all three).
 #pragma once
 
 #include <immintrin.h>
@@ -16,6 +16,8 @@ inline Vec vsqrt(Vec x) {
   // full mask, because _mm512_sqrt_ps's _mm512_undefined_ps() trips GCC 12's
   // -Wmaybe-uninitialized.
   return _mm512_maskz_sqrt_ps(0xFFFF, x);
+#elif defined(__AVX2__)
+  return _mm256_sqrt_ps(x);
 #else
   return _mm_sqrt_ps(x);  // SSE: the portable path's 4 lanes
 #endif

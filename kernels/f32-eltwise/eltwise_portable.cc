@@ -1,8 +1,14 @@
-// Element-wise kernels compiled for the baseline ISA, and the ISA dispatch: see eltwise.h.
+// Element-wise kernels compiled for the baseline ISA, and the ISA dispatch (the best compiled
+// variant no higher than the requested and the active ISA): see eltwise.h.
 #include "f32-eltwise/eltwise_impl.h"
 
 namespace sparsecol::kernels {
 namespace detail {
+
+void binary_rows_avx2(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
+                      int64_t dst_ld, int64_t rows, int64_t n);
+void unary_rows_avx2(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
+                     int64_t rows, int64_t n, float lo, float hi);
 
 void binary_rows_avx512(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
                         int64_t dst_ld, int64_t rows, int64_t n);
@@ -13,19 +19,25 @@ void unary_rows_avx512(UnaryKind kind, const float* src, int64_t src_ld, float* 
 
 void binary_rows(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
                  int64_t dst_ld, int64_t rows, int64_t n, Isa isa) {
-  if (isa == Isa::kAvx512 && active_isa() == Isa::kAvx512) {
-    detail::binary_rows_avx512(kind, a, b, dst, dst_ld, rows, n);
-  } else {
-    binary_rows_impl(kind, a, b, dst, dst_ld, rows, n);
+  switch (effective_isa(isa)) {
+    case Isa::kAvx512:
+      return detail::binary_rows_avx512(kind, a, b, dst, dst_ld, rows, n);
+    case Isa::kAvx2:
+      return detail::binary_rows_avx2(kind, a, b, dst, dst_ld, rows, n);
+    case Isa::kPortable:
+      return binary_rows_impl(kind, a, b, dst, dst_ld, rows, n);
   }
 }
 
 void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
                 int64_t rows, int64_t n, float lo, float hi, Isa isa) {
-  if (isa == Isa::kAvx512 && active_isa() == Isa::kAvx512) {
-    detail::unary_rows_avx512(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
-  } else {
-    unary_rows_impl(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
+  switch (effective_isa(isa)) {
+    case Isa::kAvx512:
+      return detail::unary_rows_avx512(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
+    case Isa::kAvx2:
+      return detail::unary_rows_avx2(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
+    case Isa::kPortable:
+      return unary_rows_impl(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
   }
 }
 

@@ -1,14 +1,17 @@
 // f32 vector helpers (GCC/Clang generic vectors) shared by the non-GEMM kernel families.
 //
-// Why generic vectors: one kernel body serves both ISA paths. A `*_avx512.cc` file compiles it
-// with 16 lanes to zmm instructions; a `*_portable.cc` file (x86-64-v2) compiles the same source
-// with 4 lanes to SSE. Every line of a kernel body is lane-count generic, so the portable path,
-// which every machine can test, exercises the logic the AVX-512 path runs. Everything here (and
+// Why generic vectors: one kernel body serves every ISA path. A `*_avx512.cc` file compiles it
+// with 16 lanes to zmm instructions, a `*_avx2.cc` file with 8 lanes to ymm (AVX2 + FMA), and a
+// `*_portable.cc` file (x86-64-v2) compiles the same source with 4 lanes to SSE. Every line of a
+// kernel body is lane-count generic, so the paths every machine can test exercise the logic the
+// AVX-512 path runs. Everything here (and
 // in every `*_impl.h` that includes it) lives in an anonymous namespace: each translation unit
 // gets its own copy compiled with its own flags, and the linker can never hand the portable path
 // an AVX-512 body (an ODR trap otherwise).
 // Include only from .cc files.
 #pragma once
+
+#include <immintrin.h>
 
 #include <bit>
 #include <cmath>
@@ -21,10 +24,13 @@
 namespace sparsecol::kernels {
 namespace {
 
-// A zmm register on the AVX-512 path, an xmm register on the portable one (a wider generic
-// vector there would be split anyway, and GCC warns that passing it changes the ABI).
-#ifdef __AVX512F__
+// A zmm register on the AVX-512 path, a ymm register on the AVX2 one, an xmm register on the
+// portable one (a wider generic vector there would be split anyway, and GCC warns that passing
+// it changes the ABI).
+#if defined(__AVX512F__)
 constexpr int64_t kLanes = 16;
+#elif defined(__AVX2__)
+constexpr int64_t kLanes = 8;
 #else
 constexpr int64_t kLanes = 4;
 #endif
@@ -55,8 +61,10 @@ inline Vec keep_first(Vec v, int64_t count, float fill) {
 }
 // a * b + c, fused where the ISA has FMA (ISO C++ mode does not contract a * b + c by itself).
 inline Vec fmadd(Vec a, Vec b, Vec c) {
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
   return __builtin_ia32_vfmaddps512_mask(a, b, c, -1, 4);
+#elif defined(__AVX2__) && defined(__FMA__)
+  return _mm256_fmadd_ps(a, b, c);
 #else
   return a * b + c;
 #endif
@@ -100,10 +108,10 @@ inline Vec verf(Vec x) {
   const Vec ax = vmax(x, -x);
   const Vec t = 1.0f / (1.0f + 0.3275911f * ax);
   Vec p = splat(1.061405429f);
-  p = p * t - 1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t - 0.284496736f;
-  p = p * t + 0.254829592f;
+  p = fmadd(p, t, splat(-1.453152027f));
+  p = fmadd(p, t, splat(1.421413741f));
+  p = fmadd(p, t, splat(-0.284496736f));
+  p = fmadd(p, t, splat(0.254829592f));
   const Vec y = 1.0f - p * t * vexp(-ax * ax);
   return x < 0.0f ? -y : y;
 }

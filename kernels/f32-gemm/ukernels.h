@@ -32,12 +32,16 @@ struct GemmUkernelArgs {
 };
 
 using GemmUkernelFn = void (*)(const GemmUkernelArgs& args);
+// Packs columns [0, n) of rows [0, k) of B (ldb apart) into ceil(n / NR) strips of k x NR floats
+// (the driver's copy of B that a micro-kernel reads at ldb = NR).
+using GemmPackBFn = void (*)(const float* b, int64_t ldb, int64_t k, int64_t n, float* dst);
 
 struct GemmUkernel {
   const char* name;
   Isa isa;
   int mr, nr;
   GemmUkernelFn fn;
+  GemmPackBFn pack_b;
 };
 
 // name, ISA, MR, NR. Within an ISA the first entry is the one selection uses; the others are
@@ -46,10 +50,18 @@ struct GemmUkernel {
 //    a KC=256 B strip (256 x 32 floats = 32 KiB) stays in the 48 KiB L1 across the A panels.
 //  - 6x64 avx512: 24 accumulators, fewer loads per FMA (10 per 24 instead of 10 per 16), but its
 //    B strip needs KC <= 128 to fit L1 and it wastes more on narrow N tails.
+//  - 6x16 avx2: AVX2 has 16 ymm registers: 12 accumulators + 2 B vectors + 1 broadcast = 15.
+//    Zen 3 has 2 FMA pipes x 4-cycle latency, so >= 8 independent FMAs must be in flight; 12
+//    are. Per k step: 2 B loads + 6 broadcasts for 12 FMAs (8 loads per 6 FMA cycles, within
+//    Zen 3's 3 loads per cycle). 16-column strips waste least on narrow N (49, 196 pixels).
+//  - 4x24 avx2: also 12 accumulators + 3 B vectors + 1 broadcast = 16, fewer loads (7 per 12
+//    FMAs) but 24-column strips waste more on N tails and M=64 is 16 panels instead of 11.
 //  - 4x8 portable: x86-64-v2 has 16 xmm registers: 8 accumulators + 2 B vectors + a broadcast.
 #define SPARSECOL_F32_GEMM_UKERNELS(X)          \
   X(f32_gemm_8x32__avx512, Isa::kAvx512, 8, 32) \
   X(f32_gemm_6x64__avx512, Isa::kAvx512, 6, 64) \
+  X(f32_gemm_6x16__avx2, Isa::kAvx2, 6, 16)     \
+  X(f32_gemm_4x24__avx2, Isa::kAvx2, 4, 24)     \
   X(f32_gemm_4x8__portable, Isa::kPortable, 4, 8)
 
 #define SPARSECOL_DECLARE_UKERNEL(name, isa, mr, nr) void name(const GemmUkernelArgs& args);

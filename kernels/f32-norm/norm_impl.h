@@ -1,5 +1,5 @@
-// The softmax and layer-norm bodies, compiled once per ISA by norm_portable.cc and
-// norm_avx512.cc (see f32-eltwise/simd.h for why one body serves both).
+// The softmax and layer-norm bodies, compiled once per ISA by norm_portable.cc, norm_avx2.cc
+// and norm_avx512.cc (see f32-eltwise/simd.h for why one body serves all three).
 #pragma once
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// The pooling bodies, compiled once per ISA by pool_portable.cc and pool_avx512.cc (see
-// f32-eltwise/simd.h for why one body serves both).
+// The pooling bodies, compiled once per ISA by pool_portable.cc, pool_avx2.cc and pool_avx512.cc
+// (see f32-eltwise/simd.h for why one body serves all three).
 #pragma once
 
 #include <limits>

@@ -6,6 +6,12 @@
 namespace sparsecol::kernels {
 namespace detail {
 
+void pool2d_rows_avx2(PoolKind kind, const PoolGeometry& g, const PlaneView& src,
+                      const PlaneView& dst, int64_t oh_begin, int64_t oh_end,
+                      std::vector<float>& scratch);
+void global_average_pool_avx2(const float* src, int64_t plane_stride, int64_t plane_size,
+                              int64_t channels, float* dst);
+
 void pool2d_rows_avx512(PoolKind kind, const PoolGeometry& g, const PlaneView& src,
                         const PlaneView& dst, int64_t oh_begin, int64_t oh_end,
                         std::vector<float>& scratch);
@@ -28,19 +34,25 @@ void pool_input_rows(const PoolGeometry& g, int64_t oh_begin, int64_t oh_end, in
 
 void pool2d_rows(PoolKind kind, const PoolGeometry& g, const PlaneView& src, const PlaneView& dst,
                  int64_t oh_begin, int64_t oh_end, std::vector<float>& scratch, Isa isa) {
-  if (isa == Isa::kAvx512 && active_isa() == Isa::kAvx512) {
-    detail::pool2d_rows_avx512(kind, g, src, dst, oh_begin, oh_end, scratch);
-  } else {
-    pool2d_rows_impl(kind, g, src, dst, oh_begin, oh_end, scratch);
+  switch (effective_isa(isa)) {
+    case Isa::kAvx512:
+      return detail::pool2d_rows_avx512(kind, g, src, dst, oh_begin, oh_end, scratch);
+    case Isa::kAvx2:
+      return detail::pool2d_rows_avx2(kind, g, src, dst, oh_begin, oh_end, scratch);
+    case Isa::kPortable:
+      return pool2d_rows_impl(kind, g, src, dst, oh_begin, oh_end, scratch);
   }
 }
 
 void global_average_pool(const float* src, int64_t plane_stride, int64_t plane_size,
                          int64_t channels, float* dst, Isa isa) {
-  if (isa == Isa::kAvx512 && active_isa() == Isa::kAvx512) {
-    detail::global_average_pool_avx512(src, plane_stride, plane_size, channels, dst);
-  } else {
-    global_average_pool_impl(src, plane_stride, plane_size, channels, dst);
+  switch (effective_isa(isa)) {
+    case Isa::kAvx512:
+      return detail::global_average_pool_avx512(src, plane_stride, plane_size, channels, dst);
+    case Isa::kAvx2:
+      return detail::global_average_pool_avx2(src, plane_stride, plane_size, channels, dst);
+    case Isa::kPortable:
+      return global_average_pool_impl(src, plane_stride, plane_size, channels, dst);
   }
 }
 

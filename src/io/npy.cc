@@ -259,11 +259,6 @@ class InputFile {
 
 }  // namespace
 
-void throw_errno(int error, const std::string& what) {
-  throw Error(error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
-              fmt::format("{}: {}", what, std::generic_category().message(error)));
-}
-
 std::size_t npy_data_offset(std::string_view prefix, uint64_t total, const std::string& what) {
   if (!prefix.starts_with(kMagic.substr(0, std::min(prefix.size(), kMagic.size())))) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -371,54 +366,6 @@ void check_bool_bytes(const void* data, std::size_t count, const std::string& wh
   }
 }
 
-AtomicFile::AtomicFile(std::string path)
-    : path_(std::move(path)), temp_path_(fmt::format("{}.tmp.{}", path_, ::getpid())) {}
-
-AtomicFile::~AtomicFile() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(temp_path_.c_str());
-}
-
-void AtomicFile::open_temp() {
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd_ < 0) throw_errno(errno, fmt::format("cannot write '{}'", path_));
-}
-
-void AtomicFile::append(const void* data, std::size_t size) {
-  if (fd_ < 0) open_temp();
-  const auto* in = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t done = ::write(fd_, in, std::min<std::size_t>(size, 1u << 30));
-    if (done < 0 && errno == EINTR) continue;
-    if (done < 0) throw_errno(errno, fmt::format("cannot write '{}'", path_));
-    in += done;
-    size -= static_cast<std::size_t>(done);
-  }
-}
-
-void AtomicFile::commit() {
-  if (fd_ < 0) {
-    fd_ = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw_errno(errno, fmt::format("cannot write '{}'", path_));
-  }
-  // Without the fsync a crash after the rename could leave an empty file under the final name.
-  if (::fsync(fd_) != 0) throw_errno(errno, fmt::format("cannot write '{}'", path_));
-  const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0) throw_errno(errno, fmt::format("cannot write '{}'", path_));
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    throw_errno(errno, fmt::format("cannot rename '{}' to '{}'", temp_path_, path_));
-  }
-  committed_ = true;
-  // Make the rename itself durable; best effort, the data are complete either way.
-  const std::size_t slash = path_.rfind('/');
-  const std::string folder = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
-  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-}
-
 }  // namespace sparsecol::io
 
 namespace sparsecol {
@@ -510,6 +457,18 @@ Tensor NpyReader::samples_view(int64_t begin, int64_t count) const {
   }
   // The map is read-only: the view must not be written to.
   return Tensor::view(data, impl_->header.dtype, std::move(shape));
+}
+
+void NpyReader::release_before(int64_t sample) const {
+  // Whole pages only: the page holding `sample`'s first byte is still needed.
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t end =
+      impl_->header.data_offset +
+      static_cast<std::size_t>(std::clamp<int64_t>(sample, 0, samples())) * impl_->sample_bytes;
+  const std::size_t bytes = end / page * page;
+  // On a read-only private file mapping, MADV_DONTNEED drops the pages from the resident set;
+  // a later access reads them from the file again (madvise(2)), so this cannot lose data.
+  if (bytes > 0) ::madvise(impl_->map, bytes, MADV_DONTNEED);
 }
 
 }  // namespace sparsecol

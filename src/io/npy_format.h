@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "api/atomic_file.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::io {
@@ -43,34 +44,5 @@ void check_has_data(const Tensor& tensor, const std::string& what);
 
 // numpy stores bools as bytes 0/1; any other byte would be undefined behaviour as a C++ bool.
 void check_bool_bytes(const void* data, std::size_t count, const std::string& what);
-
-// A file written under a temporary name in the destination's folder (`path.tmp.<pid>`) and
-// renamed over `path` by commit(), so that readers see the old file or the complete new one,
-// never a partial one. Destroying it uncommitted removes the temporary file.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::string path);
-  ~AtomicFile();
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  const std::string& temp_path() const { return temp_path_; }
-  // Appends to the temporary file, creating it on the first call.
-  void append(const void* data, std::size_t size);
-  // Flushes the temporary file to disk (it may have been written by someone else, e.g. libzip)
-  // and renames it over the destination.
-  void commit();
-
- private:
-  void open_temp();
-
-  std::string path_;
-  std::string temp_path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-// Throws Error for a failed system call: kNotFound for ENOENT, else kIoError; with strerror.
-[[noreturn]] void throw_errno(int error, const std::string& what);
 
 }  // namespace sparsecol::io

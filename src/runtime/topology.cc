@@ -4,6 +4,10 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "sparsecol/sparsecol.h"
+
 namespace sparsecol::runtime {
 
 namespace {
@@ -14,25 +18,93 @@ int64_t cache_size(hwloc_topology_t topology, hwloc_obj_type_t type) {
                                                     : 0;
 }
 
-Topology read_topology() {
+// The NUMA node whose memory is local to `core`: the first node in its nodeset.
+int node_of(hwloc_topology_t topology, hwloc_obj_t core) {
+  if (core == nullptr || core->nodeset == nullptr) return 0;
+  const int os_index = hwloc_bitmap_first(core->nodeset);
+  if (os_index < 0) return 0;
+  hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(topology, static_cast<unsigned>(os_index));
+  return node != nullptr ? static_cast<int>(node->logical_index) : 0;
+}
+
+Topology read_loaded(hwloc_topology_t topology) {
   Topology t;
-  hwloc_topology_t topology;
-  if (hwloc_topology_init(&topology) != 0) return t;
-  if (hwloc_topology_load(topology) == 0) {
-    t.physical_cores = std::max(1, hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE));
-    t.numa_nodes = std::max(1, hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_NUMANODE));
-    t.l2_bytes_per_core = cache_size(topology, HWLOC_OBJ_L2CACHE);
-    t.l3_bytes = cache_size(topology, HWLOC_OBJ_L3CACHE);
+  t.physical_cores = std::max(1, hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE));
+  t.numa_nodes = std::max(1, hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_NUMANODE));
+  t.l2_bytes_per_core = cache_size(topology, HWLOC_OBJ_L2CACHE);
+  t.l3_bytes = cache_size(topology, HWLOC_OBJ_L3CACHE);
+  t.core_node.assign(static_cast<std::size_t>(t.physical_cores), 0);
+  for (int c = 0; c < hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE); ++c) {
+    t.core_node[static_cast<std::size_t>(c)] = std::min(
+        t.numa_nodes - 1, node_of(topology, hwloc_get_obj_by_type(topology, HWLOC_OBJ_CORE,
+                                                                  static_cast<unsigned>(c))));
   }
-  hwloc_topology_destroy(topology);
   return t;
+}
+
+// The process's hwloc topology, loaded once and kept for pinning.
+struct MachineTopology {
+  hwloc_topology_t handle = nullptr;
+  Topology topology;
+  MachineTopology() {
+    topology.core_node = {0};
+    if (hwloc_topology_init(&handle) != 0) {
+      handle = nullptr;
+      return;
+    }
+    if (hwloc_topology_load(handle) != 0) {
+      hwloc_topology_destroy(handle);
+      handle = nullptr;
+      return;
+    }
+    topology = read_loaded(handle);
+  }
+  ~MachineTopology() {
+    if (handle != nullptr) hwloc_topology_destroy(handle);
+  }
+};
+
+MachineTopology& machine() {
+  static MachineTopology m;
+  return m;
 }
 
 }  // namespace
 
-const Topology& machine_topology() {
-  static const Topology topology = read_topology();
-  return topology;
+const Topology& machine_topology() { return machine().topology; }
+
+Topology synthetic_topology(const std::string& description) {
+  hwloc_topology_t topology;
+  if (hwloc_topology_init(&topology) != 0) {
+    throw Error(ErrorCode::kInternal, "hwloc: cannot initialize a topology");
+  }
+  if (hwloc_topology_set_synthetic(topology, description.c_str()) != 0 ||
+      hwloc_topology_load(topology) != 0) {
+    hwloc_topology_destroy(topology);
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("hwloc refuses the synthetic topology '{}'", description));
+  }
+  Topology t = read_loaded(topology);
+  hwloc_topology_destroy(topology);
+  return t;
+}
+
+std::vector<int> thread_nodes(const Topology& topology, int threads) {
+  std::vector<int> nodes(static_cast<std::size_t>(std::max(0, threads)), 0);
+  if (topology.core_node.empty()) return nodes;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    nodes[i] = topology.core_node[i % topology.core_node.size()];
+  }
+  return nodes;
+}
+
+bool pin_current_thread(int core) {
+  MachineTopology& m = machine();
+  if (m.handle == nullptr) return false;
+  hwloc_obj_t obj =
+      hwloc_get_obj_by_type(m.handle, HWLOC_OBJ_CORE, static_cast<unsigned>(std::max(0, core)));
+  if (obj == nullptr || obj->cpuset == nullptr) return false;
+  return hwloc_set_cpubind(m.handle, obj->cpuset, HWLOC_CPUBIND_THREAD) == 0;
 }
 
 }  // namespace sparsecol::runtime

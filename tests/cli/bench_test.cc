@@ -3,9 +3,11 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -74,10 +76,32 @@ class BenchTest : public ::testing::Test {
 TEST_F(BenchTest, HelpListsEveryOptionWithItsDefault) {
   const CliResult help = cli("bench --help");
   ASSERT_EQ(help.code, 0) << help.err;
-  for (const char* expected :
-       {"Usage: sparsecol bench", "MODEL", "--schedule", "reference,layerwise,onednn", "--batch",
-        "--threads", "--time", "=10", "--warmup", "=2", "--min-reps", "=3", "--seed", "--input",
-        "--json", "--plot", "--strict", "--quiet"}) {
+  for (const char* expected : {"Usage: sparsecol bench",
+                               "MODEL",
+                               "--schedule",
+                               "--batch",
+                               "=[1]",
+                               "--threads",
+                               "=[0]",
+                               "--time",
+                               "=10",
+                               "--warmup",
+                               "=2",
+                               "--min-reps",
+                               "=3",
+                               "--seed",
+                               "=1",
+                               "--input",
+                               "--json",
+                               "--plot",
+                               "--per-layer",
+                               "--per-layer-top",
+                               "=20",
+                               "--profile-reps",
+                               "=3",
+                               "--trace",
+                               "--strict",
+                               "--quiet"}) {
     EXPECT_TRUE(contains(help.out, expected)) << expected << " missing from\n" << help.out;
   }
 }
@@ -152,10 +176,94 @@ TEST_F(BenchTest, PlotIsAnSvgDocumentWithTheBarsAndTheLegend) {
   EXPECT_TRUE(contains(svg, "items/s")) << svg;
   EXPECT_TRUE(contains(svg, "reference#2")) << svg;
   EXPECT_EQ(std::count(svg.begin(), svg.end(), '\n') > 10, true);
+  // One bar (a rect with a tooltip) per path at each of the 2 batch sizes.
+  int bars = 0;
+  for (std::size_t at = svg.find("</title></rect>"); at != std::string::npos;
+       at = svg.find("</title></rect>", at + 1)) {
+    ++bars;
+  }
+  EXPECT_EQ(bars, 4) << svg;
   const std::string check = fmt::format(
       "/usr/bin/python3 -c 'import sys, xml.etree.ElementTree as et; et.parse(sys.argv[1])' '{}'",
       path("out.svg"));
   EXPECT_EQ(std::system(check.c_str()), 0) << "not well-formed XML: " << path("out.svg");
+}
+
+// --per-layer: a table per path, slowest node first, shares adding up to 100%; the same numbers
+// in the JSON. The timed table is measured before profiling starts.
+TEST_F(BenchTest, PerLayerListsNodesSlowestFirstPerPath) {
+  const CliResult result =
+      cli(fmt::format("bench '{}' --schedule reference,layerwise --batch 2 --time 0.1 "
+                      "--per-layer --profile-reps 2 --json '{}' --quiet",
+                      mlp(), path("out.json")));
+  ASSERT_EQ(result.code, 0) << result.err;
+  for (const char* path_name : {"reference", "layerwise"}) {
+    SCOPED_TRACE(path_name);
+    const std::string title =
+        fmt::format("per layer: {}, batch 2, threads auto (mean of 2 profiled runs", path_name);
+    const std::size_t at = result.out.find(title);
+    ASSERT_NE(at, std::string::npos) << result.out;
+    // The section's lines: a header, one per node, "total".
+    std::istringstream lines(result.out.substr(at));
+    std::string line;
+    std::getline(lines, line);
+    std::getline(lines, line);
+    EXPECT_TRUE(contains(line, "node")) << line;
+    double previous = HUGE_VAL, shares = 0;
+    int nodes = 0;
+    while (std::getline(lines, line) && !contains(line, "total")) {
+      // node, op, time, unit, share, slices
+      const std::vector<std::string> words = split_words(line);
+      ASSERT_EQ(words.size(), 6u) << line;
+      const double scale = words[3] == "us" ? 1e-6 : words[3] == "ms" ? 1e-3 : 1;
+      const double seconds = std::stod(words[2]) * scale;
+      EXPECT_LE(seconds, previous) << line;
+      previous = seconds;
+      shares += std::stod(words[4]);
+      EXPECT_EQ(words[5], "1") << line;  // one slice per node and run layer by layer
+      ++nodes;
+    }
+    EXPECT_GE(nodes, 1);
+    EXPECT_NEAR(shares, 100, 0.1 * nodes);
+  }
+  const nlohmann::json json = nlohmann::json::parse(read_text(path("out.json")));
+  for (const nlohmann::json& row : json["results"]) {
+    SCOPED_TRACE(row.dump());
+    EXPECT_EQ(row["per_layer"]["profiled_runs"], 2);
+    const nlohmann::json& layers = row["per_layer"]["layers"];
+    ASSERT_GE(layers.size(), 1u);
+    for (std::size_t i = 1; i < layers.size(); ++i) {
+      EXPECT_GE(layers[i - 1]["seconds"].get<double>(), layers[i]["seconds"].get<double>());
+    }
+  }
+}
+
+// --trace: one process per path and point, the profiled runs' slices on its thread tracks.
+TEST_F(BenchTest, TraceHasAProcessPerPathWithTheProfiledRuns) {
+  const CliResult result =
+      cli(fmt::format("bench '{}' --schedule reference,layerwise --batch 1,2 --time 0.05 "
+                      "--profile-reps 3 --trace '{}' --quiet",
+                      mlp(), path("trace.json")));
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_FALSE(contains(result.out, "per layer")) << "--trace alone prints no per-layer table";
+  const nlohmann::json trace = nlohmann::json::parse(read_text(path("trace.json")));
+  std::map<int, std::string> processes;
+  std::map<int, std::map<std::string, int>> slices;  // pid -> node -> count
+  for (const nlohmann::json& event : trace["traceEvents"]) {
+    if (event["ph"] == "M" && event["name"] == "process_name") {
+      processes[event["pid"].get<int>()] = event["args"]["name"].get<std::string>();
+    } else if (event["ph"] == "X") {
+      ++slices[event["pid"].get<int>()][event["name"].get<std::string>()];
+      EXPECT_TRUE(event["args"].contains("op")) << event.dump();
+    }
+  }
+  ASSERT_EQ(processes.size(), 4u) << trace.dump(1);
+  EXPECT_EQ(processes.begin()->second, "reference, batch 1, threads auto");
+  for (const auto& [pid, name] : processes) {
+    SCOPED_TRACE(name);
+    ASSERT_FALSE(slices[pid].empty());
+    for (const auto& [node, count] : slices[pid]) EXPECT_EQ(count, 3) << node;
+  }
 }
 
 TEST_F(BenchTest, UnknownScheduleIsAUsageErrorListingTheAcceptedOnes) {

@@ -1,12 +1,17 @@
 // The `sparsecol` command line end to end: runs the built binary on tiny models made here with
 // the ONNX protobuf classes (so that these tests do not wait for the model export), and checks
 // exit codes, messages and output files; numpy checks the computed values.
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -15,6 +20,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
+#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "sparsecol/io.h"
@@ -72,6 +78,17 @@ void add_node(onnx::GraphProto* graph, const std::string& op, std::vector<std::s
   node->set_name(op + "_" + output);
   for (const std::string& input : inputs) node->add_input(input);
   node->add_output(output);
+}
+
+// An ONNX TensorProto file, as in ONNX test data (name "" leaves the name out).
+void write_tensor_proto(const std::string& path, const std::string& name, const Tensor& tensor) {
+  onnx::TensorProto proto;
+  if (!name.empty()) proto.set_name(name);
+  proto.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : tensor.shape()) proto.add_dims(d);
+  proto.set_raw_data(tensor.raw_data(), tensor.nbytes());
+  std::ofstream out(path, std::ios::binary);
+  ASSERT_TRUE(proto.SerializeToOstream(&out));
 }
 
 void save_model(const onnx::ModelProto& model, const std::string& path) {
@@ -161,16 +178,18 @@ TEST_F(CliTest, HelpWorksForEverySubcommand) {
 TEST_F(CliTest, RunHelpListsEveryOptionWithItsDefault) {
   const CliResult help = cli("run --help");
   ASSERT_EQ(help.code, 0);
-  for (const char* expected : {"MODEL", "--input", "--output", "--outputs", "--batch", "=16",
-                               "--threads", "=0", "--schedule", "=reference", "--quiet"}) {
+  // The default schedule is one constant (tools/commands.h), not repeated here.
+  for (const char* expected :
+       {"MODEL", "--input", "--output", "--outputs", "--batch", "=16", "--threads", "=0",
+        "--schedule", "--trace", "--quiet", ".npz", ".pb", "read whole"}) {
     EXPECT_TRUE(contains(help.out, expected)) << expected << " missing from\n" << help.out;
   }
 }
 
 TEST_F(CliTest, RunScoresInBatchesAndMatchesNumpy) {
-  const CliResult small = run_tiny(1000, fmt::format("--batch 64 --output '{}'", path("b64.npz")));
+  const CliResult small = run_tiny(10000, fmt::format("--batch 64 --output '{}'", path("b64.npz")));
   ASSERT_EQ(small.code, 0) << small.err;
-  const CliResult whole = cli(fmt::format("run '{}' --input '{}' --batch 1000 --output '{}'",
+  const CliResult whole = cli(fmt::format("run '{}' --input '{}' --batch 10000 --output '{}'",
                                           path("tiny.onnx"), path("x.npy"), path("b1000.npz")));
   ASSERT_EQ(whole.code, 0) << whole.err;
 
@@ -182,10 +201,10 @@ TEST_F(CliTest, RunScoresInBatchesAndMatchesNumpy) {
     SCOPED_TRACE(name);
     const Tensor& a = batched.at(name);
     const Tensor& b = at_once.at(name);
-    ASSERT_EQ(a.shape(), (std::vector<int64_t>{1000, kUnits}));
+    ASSERT_EQ(a.shape(), (std::vector<int64_t>{10000, kUnits}));
     ASSERT_EQ(b.shape(), a.shape());
-    // Per-sample results must not depend on which batch a sample landed in (1000 = 15 * 64 + 40
-    // also exercises the partial last batch).
+    // Per-sample results must not depend on which batch a sample landed in (10000 = 156 * 64 +
+    // 16 also exercises the partial last batch).
     for (int64_t i = 0; i < a.numel(); ++i) {
       ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i], 1e-5f) << "element " << i;
     }
@@ -240,7 +259,10 @@ TEST_F(CliTest, NpyOutputOfTwoOutputsNeedsOutputsOption) {
   const CliResult unknown =
       run_tiny(10, fmt::format("--outputs nope --output '{}'", path("p.npy")));
   EXPECT_EQ(unknown.code, 2);
+  EXPECT_EQ(count_lines(unknown.err), 1) << unknown.err;
   EXPECT_TRUE(contains(unknown.err, "'nope'")) << unknown.err;
+  EXPECT_TRUE(contains(unknown.err, "outputs: y (float32")) << unknown.err;
+  EXPECT_FALSE(fs::exists(path("p.npy")));
 }
 
 TEST_F(CliTest, MissingModelIsExitTwoWithOneLineNamingTheFile) {
@@ -344,6 +366,170 @@ TEST_F(CliTest, InputsAreBoundByName) {
   EXPECT_TRUE(contains(uneven.err, "20")) << uneven.err;
   EXPECT_TRUE(contains(uneven.err, "19")) << uneven.err;
   EXPECT_FALSE(fs::exists(path("o.npz")));
+}
+
+// Peak resident memory (KiB) of `sparsecol ARGS`, from the kernel's accounting of that one child.
+long peak_rss_kib(const std::string& args) {
+  const std::string command = fmt::format("exec {} {} >/dev/null 2>&1", SPARSECOL_CLI, args);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage usage {};
+  if (pid < 0 || ::wait4(pid, &status, 0, &usage) != pid) return -1;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  return usage.ru_maxrss;
+}
+
+// A .npy is streamed: scoring 10x the samples (72 MiB more input) must not raise peak memory by
+// more than a fraction of that. The model reduces each 4 KiB sample to one float, so the outputs
+// held until the end stay small.
+TEST_F(CliTest, RunMemoryStaysFlatAsTheInputGrows) {
+  constexpr int64_t kWidth = 1024;
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  auto* graph = model.mutable_graph();
+  graph->set_name("wide");
+  set_type(graph->add_input(), "x", {-1, kWidth});
+  add_initializer(graph, "W", random_floats({kWidth, 1}, 1));
+  add_node(graph, "MatMul", {"x", "W"}, "y");
+  set_type(graph->add_output(), "y", {-1, 1});
+  save_model(model, path("wide.onnx"));
+  long rss[2] = {0, 0};
+  const int64_t samples[2] = {2000, 20000};
+  for (int i = 0; i < 2; ++i) {
+    const std::string input = path(fmt::format("x{}.npy", samples[i]));
+    write_npy(input, random_floats({samples[i], kWidth}, 5));
+    rss[i] = peak_rss_kib(fmt::format("run '{}' -i '{}' -o '{}' --batch 100 -q", path("wide.onnx"),
+                                      input, path("y.npy")));
+    ASSERT_GT(rss[i], 0) << "the run failed";
+    EXPECT_EQ(read_npy(path("y.npy")).dim(0), samples[i]);
+    fs::remove(input);
+  }
+  const long input_growth_kib = (samples[1] - samples[0]) * kWidth * 4 / 1024;  // 72 MiB
+  EXPECT_LT(rss[1] - rss[0], input_growth_kib / 8)
+      << "peak RSS " << rss[0] << " KiB for " << samples[0] << " samples, " << rss[1] << " KiB for "
+      << samples[1];
+}
+
+// The same samples as .npy, as .npz members (named after the inputs, or one member named on the
+// command line) and as TensorProto .pb files score to the same outputs.
+TEST_F(CliTest, NpzAndTensorProtoInputsScoreLikeNpy) {
+  const std::string model = make_model(/*second_input=*/true);
+  const Tensor x = random_floats({30, kFeatures}, 3), z = random_floats({30, kUnits}, 4);
+  write_npy(path("x.npy"), x);
+  write_npy(path("z.npy"), z);
+  write_npz(path("xz.npz"), {{"x", x}, {"z", z}});
+  write_npz(path("only.npz"), {{"samples", z}});
+  write_tensor_proto(path("x.pb"), "x", x);
+  write_tensor_proto(path("anon.pb"), "", z);
+  const std::string outputs = "--batch 7 -q --outputs y,h";
+
+  const CliResult npy = cli(fmt::format("run '{}' -i x='{}' -i z='{}' {} -o '{}'", model,
+                                        path("x.npy"), path("z.npy"), outputs, path("npy.npz")));
+  ASSERT_EQ(npy.code, 0) << npy.err;
+  const NamedTensors expected = read_npz(path("npy.npz"));
+  ASSERT_EQ(expected.size(), 2u);
+
+  const std::vector<std::string> variants = {
+      fmt::format("-i '{}'", path("xz.npz")),  // one archive holds every input by name
+      fmt::format("-i x='{}' -i z='{}'", path("xz.npz"), path("xz.npz")),
+      fmt::format("-i '{}' -i z='{}'", path("x.pb"), path("only.npz")),  // .pb names its input
+      fmt::format("-i x='{}' -i z='{}'", path("x.npy"), path("anon.pb")),
+  };
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    SCOPED_TRACE(variants[v]);
+    const std::string out = path(fmt::format("out{}.npz", v));
+    const CliResult result =
+        cli(fmt::format("run '{}' {} {} -o '{}'", model, variants[v], outputs, out));
+    ASSERT_EQ(result.code, 0) << result.err;
+    const NamedTensors actual = read_npz(out);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (const auto& [name, tensor] : expected) {
+      ASSERT_EQ(actual.at(name).shape(), tensor.shape()) << name;
+      EXPECT_EQ(std::memcmp(actual.at(name).raw_data(), tensor.raw_data(), tensor.nbytes()), 0)
+          << name;
+    }
+  }
+}
+
+TEST_F(CliTest, MissingNpzMemberOrUnknownFileTypeIsExitTwo) {
+  const std::string model = make_model(/*second_input=*/true);
+  write_npz(path("two.npz"),
+            {{"a", random_floats({5, kFeatures}, 3)}, {"b", random_floats({5, kUnits}, 4)}});
+  const CliResult member = cli(fmt::format("run '{}' -i x='{}' -i z='{}' -o '{}'", model,
+                                           path("two.npz"), path("two.npz"), path("o.npz")));
+  EXPECT_EQ(member.code, 2);
+  EXPECT_EQ(count_lines(member.err), 1) << member.err;
+  EXPECT_TRUE(contains(member.err, "no member 'x' (members: a, b)")) << member.err;
+
+  const CliResult unnamed =
+      cli(fmt::format("run '{}' -i '{}' -o '{}'", model, path("two.npz"), path("o.npz")));
+  EXPECT_EQ(unnamed.code, 2);
+  EXPECT_TRUE(contains(unnamed.err, "no member is named after a model input")) << unnamed.err;
+
+  std::ofstream(path("x.csv")) << "1,2,3\n";
+  const CliResult csv = run_tiny(5, fmt::format("-i '{}' -o '{}'", path("x.csv"), path("o.npz")));
+  EXPECT_EQ(csv.code, 2);
+  EXPECT_TRUE(contains(csv.err, "expected FILE.npy, FILE.npz or FILE.pb")) << csv.err;
+  EXPECT_FALSE(fs::exists(path("o.npz")));
+}
+
+// A trace is a Chrome trace-event JSON object: one complete event per node run of each batch,
+// each on a named thread track of a named process.
+TEST_F(CliTest, RunTraceIsChromeTraceJsonWithOneSlicePerNodeAndBatch) {
+  const CliResult result = run_tiny(
+      50, fmt::format("--batch 10 -q --trace '{}' -o '{}'", path("t.json"), path("o.npz")));
+  ASSERT_EQ(result.code, 0) << result.err;
+  const nlohmann::json trace = nlohmann::json::parse(read_text(path("t.json")));
+  int slices = 0, process_names = 0, thread_names = 0;
+  std::map<std::string, int> per_node;
+  double last_end = 0;
+  for (const nlohmann::json& event : trace.at("traceEvents")) {
+    const std::string phase = event.at("ph");
+    if (phase == "M") {
+      process_names += event.at("name") == "process_name";
+      thread_names += event.at("name") == "thread_name";
+      continue;
+    }
+    ASSERT_EQ(phase, "X") << event.dump();
+    ++slices;
+    ++per_node[event.at("name").get<std::string>()];
+    EXPECT_FALSE(event.at("args").at("op").get<std::string>().empty());
+    EXPECT_GE(event.at("dur").get<double>(), 0);
+    EXPECT_GE(event.at("tid").get<int>(), 0);
+    const double start = event.at("ts").get<double>();
+    EXPECT_GE(start, 0);
+    last_end = std::max(last_end, start + event.at("dur").get<double>());
+  }
+  EXPECT_EQ(process_names, 1);
+  EXPECT_GE(thread_names, 1);
+  ASSERT_FALSE(per_node.empty());
+  // 5 batches: every node ran (and was traced) once per batch.
+  for (const auto& [node, count] : per_node) EXPECT_EQ(count, 5) << node;
+  EXPECT_EQ(trace.at("otherData").at("events").get<int>(), slices);
+  EXPECT_FALSE(trace.at("otherData").at("truncated").get<bool>());
+  EXPECT_GT(last_end, 0);
+  // Written atomically: no temporary file is left.
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_FALSE(contains(entry.path().filename().string(), ".tmp")) << entry.path();
+  }
+}
+
+TEST_F(CliTest, UnavailableScheduleIsExitTwoWithTheReason) {
+  const CliResult result =
+      run_tiny(4, fmt::format("--schedule cuda --outputs y -o '{}'", path("o.npy")));
+  // A CUDA build on a machine with a GPU runs it; anywhere else the Engine says why not.
+  if (result.code == 0) GTEST_SKIP() << "the cuda schedule runs here";
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(count_lines(result.err), 1) << result.err;
+  std::string lower = result.err;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  EXPECT_TRUE(contains(lower, "cuda")) << result.err;
 }
 
 TEST_F(CliTest, InspectPrintsInputsAndOutputs) {

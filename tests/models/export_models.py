@@ -6,7 +6,7 @@ output, so that sparsecol_model_tests can compare the engine against PyTorch.
 
 For each model NAME it writes DIR/NAME.onnx (opset 13, input "input" and output "output" with a
 dynamic batch axis), DIR/NAME.input.npy, DIR/NAME.output.npy and DIR/NAME.activations.npz (a few
-intermediate activations keyed by PyTorch module name, for debugging a mismatch).
+intermediate activations keyed by ONNX value name, see below).
 
 Weights are random (no downloads) and seeded, so every run writes the same files. A model whose
 files exist, are newer than this script and have the requested batch is skipped: ctest runs the
@@ -21,6 +21,20 @@ statistics of the activations it actually sees in eval mode (computed in forward
 layer sees its perturbed predecessors), perturbed per channel (mean + N(0, 0.1) * std, var *
 U(0.5, 2)), and random affine parameters: folding matters and the output still depends on the
 input. The tests check that dependence too.
+
+Pruned models (NAME_sSS: SS% of the weights of every Conv2d and Linear exactly zero, by
+magnitude, per layer; the first convolution and depthwise convolutions left dense, as
+`sparsecol prune` does by default) start from the dense model of the same seed. Pruning shrinks
+each layer's output, so BatchNorm statistics measured before pruning no longer normalize it and
+the network washes the signal out again (DESIGN.md, "How we know it is right"); so after pruning
+every BatchNorm's statistics are measured again the same way, with the same perturbation.
+BERT has no BatchNorm to re-calibrate: its pruned twin is made by the C++ pruner in the model
+tests (tests/models/model_test.cc), which use the reference executor as its oracle.
+
+Activations are keyed by the ONNX value that holds the recorded module's output (the output of
+the last node in the module's scope, as torch.onnx names nodes "/layer1/layer1.2/relu/Relu"), so
+that the tests can ask the engine for the same value and compare intermediate results, not only
+the final output.
 """
 
 import argparse
@@ -33,6 +47,8 @@ import zlib
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
+import onnx.shape_inference
 import torch
 import torchvision
 from torch import nn
@@ -119,6 +135,17 @@ class BertEncoder(nn.Module):
 def randomize_batchnorm(model, calibration_input, gen):
     """Gives every BatchNorm2d perturbed statistics of its real eval-mode input (see the module
     docstring for why) and random affine parameters."""
+    calibrate_batchnorm(model, calibration_input, gen, randomize_affine=True)
+
+
+def calibrate_batchnorm(model, calibration_input, gen, randomize_affine=False):
+    """Sets every BatchNorm2d's running statistics to those of the input it sees in eval mode,
+    perturbed per channel (mean + N(0, 0.1) * std, var * U(0.5, 2)).
+
+    Pre-hooks fire in execution order during one eval pass, so each BatchNorm sees the
+    activations its already-calibrated predecessors produce: exactly what it sees at inference.
+    (A train-mode pass would estimate each layer's statistics on inputs normalized by its
+    predecessors' batch statistics instead, and momentum would mix in the old ones.)"""
 
     def set_stats(bn, inputs):
         act = inputs[0].detach()
@@ -128,11 +155,10 @@ def randomize_batchnorm(model, calibration_input, gen):
         with torch.no_grad():
             bn.running_mean.copy_(mean + 0.1 * torch.randn(c, generator=gen) * var.sqrt())
             bn.running_var.copy_(var * (0.5 + 1.5 * torch.rand(c, generator=gen)))
-            bn.weight.copy_(0.75 + 0.5 * torch.rand(c, generator=gen))
-            bn.bias.copy_(0.1 * torch.randn(c, generator=gen))
+            if randomize_affine:
+                bn.weight.copy_(0.75 + 0.5 * torch.rand(c, generator=gen))
+                bn.bias.copy_(0.1 * torch.randn(c, generator=gen))
 
-    # Pre-hooks fire in execution order during one eval pass, so each BatchNorm sees the
-    # activations its already-randomized predecessors produce.
     hooks = [m.register_forward_pre_hook(set_stats) for m in model.modules()
              if isinstance(m, nn.BatchNorm2d)]
     model.eval()
@@ -140,6 +166,25 @@ def randomize_batchnorm(model, calibration_input, gen):
         model(calibration_input)
     for hook in hooks:
         hook.remove()
+
+
+def prune_weights(model, sparsity):
+    """Sets exactly round(sparsity * n) of the n weights of every Conv2d and Linear to zero,
+    smallest magnitudes first, except the first convolution (it sees the raw image) and
+    depthwise convolutions (9 weights per channel, run dense by the engine): what `sparsecol
+    prune --sparsity S` does by default."""
+    first_conv = True
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Conv2d):
+                is_first, first_conv = first_conv, False
+                if is_first or (m.groups > 1 and m.groups == m.in_channels):
+                    continue
+            elif not isinstance(m, nn.Linear):
+                continue
+            w = m.weight.view(-1)
+            k = round(sparsity * w.numel())
+            w[torch.topk(w.abs(), k, largest=False).indices] = 0
 
 
 def randomize_bert(model, gen):
@@ -156,10 +201,13 @@ def randomize_bert(model, gen):
     model.eval()
 
 
-def build_cnn(factory, input_shape):
+def build_cnn(factory, input_shape, sparsity=0.0):
     def build(gen):
         model = factory()
         randomize_batchnorm(model, make_input(4, input_shape, gen), gen)
+        if sparsity > 0:
+            prune_weights(model, sparsity)
+            calibrate_batchnorm(model, make_input(4, input_shape, gen), gen)
         return model
 
     return build
@@ -181,17 +229,31 @@ def build_bert(gen):
     return model
 
 
-# name -> (builder, per-sample input shape, keep BatchNormalization nodes, modules to record)
+class Spec(collections.namedtuple(
+        "Spec", "builder sample_shape keep_bn recorded seed_name", defaults=[None])):
+    """builder(gen) -> model; per-sample input shape; keep BatchNormalization nodes in the
+    export; modules whose outputs are recorded; the name the seed derives from (a pruned model
+    shares its dense original's, so that it is that model pruned)."""
+
+
+RESNET50 = lambda: torchvision.models.resnet50(weights=None)  # noqa: E731
+MOBILENET_V2 = lambda: torchvision.models.mobilenet_v2(weights=None)  # noqa: E731
+IMAGE = (3, 224, 224)
+RESNET_RECORDED = ["layer1", "layer2", "layer3", "layer4", "avgpool"]
+MOBILENET_RECORDED = ["features.3", "features.7", "features.14", "features.18"]
+
 MODELS = {
-    "small_cnn": (build_cnn(SmallCnn, (3, 32, 32)), (3, 32, 32), True,
-                  ["bn1", "bn2", "pool"]),
-    "resnet50": (build_cnn(lambda: torchvision.models.resnet50(weights=None), (3, 224, 224)),
-                 (3, 224, 224), False, ["layer1", "layer2", "layer3", "layer4", "avgpool"]),
-    "mobilenet_v2": (build_cnn(lambda: torchvision.models.mobilenet_v2(weights=None),
-                               (3, 224, 224)),
-                     (3, 224, 224), False,
-                     ["features.3", "features.7", "features.14", "features.18"]),
-    "bert": (build_bert, (128, 768), False, ["layers.0", "layers.5", "layers.11"]),
+    "small_cnn": Spec(build_cnn(SmallCnn, (3, 32, 32)), (3, 32, 32), True,
+                      ["bn1", "bn2", "pool"]),
+    "resnet50": Spec(build_cnn(RESNET50, IMAGE), IMAGE, False, RESNET_RECORDED),
+    "mobilenet_v2": Spec(build_cnn(MOBILENET_V2, IMAGE), IMAGE, False, MOBILENET_RECORDED),
+    "bert": Spec(build_bert, (128, 768), False, ["layers.0", "layers.5", "layers.11"]),
+    "resnet50_s90": Spec(build_cnn(RESNET50, IMAGE, 0.90), IMAGE, False, RESNET_RECORDED,
+                         "resnet50"),
+    "resnet50_s95": Spec(build_cnn(RESNET50, IMAGE, 0.95), IMAGE, False, RESNET_RECORDED,
+                         "resnet50"),
+    "mobilenet_v2_s80": Spec(build_cnn(MOBILENET_V2, IMAGE, 0.80), IMAGE, False,
+                             MOBILENET_RECORDED, "mobilenet_v2"),
 }
 
 
@@ -232,31 +294,86 @@ def write_atomically(path, write):
         raise
 
 
-def op_histogram(onnx_path):
+def summarize(onnx_path):
+    """(op -> node count, sorted histogram, fraction of exact zeros over the Conv/Gemm/MatMul
+    weight initializers), from one load of the model."""
     model = onnx.load(onnx_path)
     counts = collections.Counter(node.op_type for node in model.graph.node)
-    return counts, sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    weights = {i.name: i for i in model.graph.initializer}
+    zeros = total = 0
+    for node in model.graph.node:
+        if node.op_type in ("Conv", "Gemm", "MatMul") and node.input[1] in weights:
+            w = onnx.numpy_helper.to_array(weights[node.input[1]])
+            zeros += int((w == 0).sum())
+            total += w.size
+    return counts, sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])), zeros / max(total, 1)
 
 
 # ---- export ----
 
 
+def onnx_scope(module_path, called):
+    """The node-name prefix torch.onnx gives a module's nodes: one component per enclosing module
+    that was called (a ModuleList is not), each its qualified name from the last non-numeric atom
+    on ("layer1.0.conv1" -> "/layer1/layer1.0/conv1/"; torch/onnx/utils.py,
+    _unqualified_variable_name)."""
+    atoms = module_path.split(".")
+    scope = ""
+    for end in range(1, len(atoms) + 1):
+        if ".".join(atoms[:end]) not in called:
+            continue
+        start = end - 1
+        while start > 0 and atoms[start].isdigit():
+            start -= 1
+        scope += "/" + ".".join(atoms[start:end])
+    return scope + "/"
+
+
+def module_output_values(onnx_path, activations, called):
+    """Maps each recorded module to the ONNX value holding its output: that of the last node in
+    its scope (nodes are in topological order). Checked against the recorded shape, with ONNX
+    shape inference, so that a change in torch's naming fails here rather than in the tests."""
+    # Data propagation follows the Shape -> Gather -> Reshape chains of BERT's attention; a value
+    # whose shape inference still leaves unknown is only checked to exist.
+    model = onnx.shape_inference.infer_shapes(onnx.load(onnx_path), data_prop=True)
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None
+                       for d in v.type.tensor_type.shape.dim]
+              for v in list(model.graph.value_info) + list(model.graph.output)
+              if v.type.tensor_type.HasField("shape")}
+    values = {}
+    for module, activation in activations.items():
+        scope = onnx_scope(module, called)
+        nodes = [n for n in model.graph.node if n.name.startswith(scope)]
+        if not nodes:
+            raise RuntimeError(f"{onnx_path}: no node in the scope {scope} of module '{module}'")
+        value = nodes[-1].output[0]
+        shape = shapes.get(value)
+        if shape is not None and shape[1:] != list(activation.shape[1:]):
+            raise RuntimeError(f"{onnx_path}: value '{value}' (shape {shape}) is not the output "
+                               f"of module '{module}' (shape {list(activation.shape)})")
+        values[module] = value
+    return values
+
+
 def export(name, files, batch):
-    builder, sample_shape, keep_bn, recorded = MODELS[name]
+    spec = MODELS[name]
     # One seed per model, derived from its name, so that adding a model changes no other. The
     # global seed covers the modules' default initialization; `gen` covers everything else.
-    seed = SEED + zlib.crc32(name.encode())
+    seed = SEED + zlib.crc32((spec.seed_name or name).encode())
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = builder(gen)
+    model = spec.builder(gen)
     model.eval()
-    x = make_input(batch, sample_shape, gen)
+    x = make_input(batch, spec.sample_shape, gen)
 
     activations = {}
+    called = set()
     modules = dict(model.named_modules())
     hooks = [modules[m].register_forward_hook(
         lambda _mod, _inp, out, key=m: activations.__setitem__(key, out.detach().numpy()))
-        for m in recorded]
+        for m in spec.recorded]
+    hooks += [module.register_forward_pre_hook(lambda _mod, _inp, key=name: called.add(key))
+              for name, module in modules.items() if name]
     with torch.no_grad():
         y = model(x)
     for hook in hooks:
@@ -264,16 +381,23 @@ def export(name, files, batch):
 
     # In EVAL mode torch's exporter folds BatchNorm into the preceding Conv; PRESERVE (with the
     # model in eval mode) skips that peephole and keeps inference-mode BatchNormalization nodes.
-    training = torch.onnx.TrainingMode.PRESERVE if keep_bn else torch.onnx.TrainingMode.EVAL
+    training = torch.onnx.TrainingMode.PRESERVE if spec.keep_bn else torch.onnx.TrainingMode.EVAL
     write_atomically(files["onnx"], lambda path: torch.onnx.export(
         model, x, path, opset_version=OPSET, input_names=["input"], output_names=["output"],
         dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
-        training=training, do_constant_folding=not keep_bn))
+        training=training, do_constant_folding=not spec.keep_bn))
     onnx.checker.check_model(files["onnx"])
 
-    write_atomically(files["activations"], lambda path: np.savez(path, **activations))
+    values = module_output_values(files["onnx"], activations, called)
+    write_atomically(files["activations"], lambda path: np.savez(
+        path, **{values[m]: a for m, a in activations.items()}))
     write_atomically(files["input"], lambda path: np.save(path, x.numpy()))
     write_atomically(files["output"], lambda path: np.save(path, y.numpy()))
+
+
+def output_spread(y):
+    """How much the output depends on the input: max |y[0] - y[1]| / max |y|."""
+    return float(np.abs(y[0] - y[1]).max() / max(np.abs(y).max(), 1e-30)) if len(y) > 1 else 0.0
 
 
 def main():
@@ -302,13 +426,15 @@ def main():
         else:
             export(name, files, args.batch)
             status = f"exported in {time.monotonic() - start:.1f} s"
-        counts, histogram = op_histogram(files["onnx"])
+        counts, histogram, sparsity = summarize(files["onnx"])
         x = np.load(files["input"], mmap_mode="r")
         y = np.load(files["output"])
         print(f"{name}: {status}; input {list(x.shape)} -> output {list(y.shape)}, "
-              f"max |output| {np.abs(y).max():.3g}; {sum(counts.values())} nodes: "
+              f"max |output| {np.abs(y).max():.3g}, samples differ by {output_spread(y):.3g} of "
+              f"it; weight sparsity {sparsity:.3f}; "
+              f"{sum(counts.values())} nodes: "
               + ", ".join(f"{op} {n}" for op, n in histogram), flush=True)
-        if MODELS[name][2] and counts["BatchNormalization"] == 0:
+        if MODELS[name].keep_bn and counts["BatchNormalization"] == 0:
             print(f"{name}: error: the export folded BatchNormalization away, but this model "
                   "exists to test the engine's own folding", file=sys.stderr)
             failed = True

@@ -1,23 +1,37 @@
 // Whole models exported by PyTorch (tests/models/export_models.py, run by ctest's export_models
-// fixture) run through the engine on every schedule (reference, layerwise, onednn) and match
-// PyTorch's outputs and the reference schedule's.
+// fixture), dense and pruned, run through the engine on every CPU schedule (reference,
+// layerwise, onednn, depthwise) and match PyTorch's outputs and intermediate activations, and the
+// reference schedule's. bert_s90 is made here from bert with the engine's own pruner
+// (sparsecol::prune_model): BERT has no BatchNorm to re-calibrate after pruning, so PyTorch adds
+// nothing, and the pruner is tested on a real 340 MB model; its oracle is the reference schedule on
+// the same pruned model.
 //
-// Tolerance: max |engine - pytorch| <= 1e-4 * max |pytorch output|, over the whole output. Both
-// sides compute in float32 but sum in different orders, so errors grow with depth: a relative
-// bound on the largest element keeps one rule for small logits and large BERT activations.
+// Tolerance: max |engine - pytorch| <= 1e-4 * max |pytorch output|, over the whole output (and
+// over each recorded activation). Both sides compute in float32 but sum in different orders, so
+// errors grow with depth: a relative bound on the largest element keeps one rule for small
+// logits and large BERT activations. The same bound holds for the pruned models whichever
+// kernels run them (dense kernels over zeros, or sparse kernels over the non-zeros): a sparse
+// kernel sums the same non-zero products in another order, and fewer terms round less.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include <onnx/onnx_pb.h>
+#include <unistd.h>
+
+#include <fstream>
+
 #include "../test_util.h"
 #include "sparsecol/io.h"
+#include "sparsecol/prune.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol {
@@ -33,22 +47,64 @@ std::string model_file(const std::string& name, const std::string& suffix) {
   return (std::filesystem::path(SPARSECOL_MODEL_DIR) / (name + suffix)).string();
 }
 
-// The files the export script writes for one model; fails the test if any is missing.
+// Models the tests make from an exported one with the engine's pruner (default options: per
+// layer, first convolution dense), run on the original's input.
+struct PrunedByEngine {
+  const char* name;
+  const char* original;
+  double sparsity;
+};
+constexpr PrunedByEngine kPrunedByEngine[] = {{"bert_s90", "bert", 0.9}};
+
+const PrunedByEngine* pruned_by_engine(const std::string& name) {
+  for (const PrunedByEngine& m : kPrunedByEngine) {
+    if (name == m.name) return &m;
+  }
+  return nullptr;
+}
+
+// The files of one model. For a model pruned by the engine, the input and the activation names
+// are the original's, and there is no PyTorch output: the reference schedule is the oracle.
 struct ModelFiles {
-  std::string onnx, input, output;
+  std::string onnx, input;
+  std::string output;               // PyTorch's output; empty when PyTorch did not run this model
+  std::string activations;          // .npz of intermediate activations keyed by ONNX value name
+  bool pytorch_activations = true;  // false: only the names in `activations` are used
 };
 
+::testing::AssertionResult missing(const std::string& path) {
+  return ::testing::AssertionFailure()
+         << path << " does not exist: run the export fixture first (`ctest -R export_models`, "
+         << "or `/usr/bin/python3 tests/models/export_models.py --out " << SPARSECOL_MODEL_DIR
+         << "`)";
+}
+
+// Prunes `m.original` into `m.name` unless an up-to-date file exists. Concurrent test processes
+// may both write it: prune_model writes through a temporary file and a rename, so a reader sees
+// the old file or a complete new one.
+void make_pruned_model(const PrunedByEngine& m, const std::string& original,
+                       const std::string& pruned) {
+  namespace fs = std::filesystem;
+  if (fs::exists(pruned) && fs::last_write_time(pruned) >= fs::last_write_time(original)) return;
+  PruneOptions options;
+  options.sparsity = m.sparsity;
+  const PruneReport report = prune_model(original, pruned, options);
+  std::cout << fmt::format(
+      "pruned {} into {}: {} weights, {:.3f} zero\n", original, pruned, report.elements,
+      static_cast<double>(report.zeros_after) / static_cast<double>(report.elements));
+}
+
 ::testing::AssertionResult find_model_files(const std::string& name, ModelFiles* files) {
-  *files = {model_file(name, ".onnx"), model_file(name, ".input.npy"),
-            model_file(name, ".output.npy")};
-  for (const std::string& path : {files->onnx, files->input, files->output}) {
-    if (!std::filesystem::exists(path)) {
-      return ::testing::AssertionFailure()
-             << path << " does not exist: run the export fixture first (`ctest -R export_models`, "
-             << "or `/usr/bin/python3 tests/models/export_models.py --out " << SPARSECOL_MODEL_DIR
-             << "`)";
-    }
+  const PrunedByEngine* pruned = pruned_by_engine(name);
+  const std::string source = pruned != nullptr ? pruned->original : name;
+  *files = {model_file(name, ".onnx"), model_file(source, ".input.npy"),
+            pruned != nullptr ? std::string() : model_file(name, ".output.npy"),
+            model_file(source, ".activations.npz"), pruned == nullptr};
+  for (const std::string& path :
+       {model_file(source, ".onnx"), files->input, files->output, files->activations}) {
+    if (!path.empty() && !std::filesystem::exists(path)) return missing(path);
   }
+  if (pruned != nullptr) make_pruned_model(*pruned, model_file(source, ".onnx"), files->onnx);
   return ::testing::AssertionSuccess();
 }
 
@@ -83,9 +139,64 @@ const ModelRun& model_run(const std::string& name, const ModelFiles& files, Sche
     options.threads = threads;
     Engine engine = Engine::load(files.onnx, options);
     Tensor input = read_npy(files.input);
-    Tensor expected = read_npy(files.output);
+    Tensor expected = files.output.empty() ? Tensor() : read_npy(files.output);
     Tensor actual = run_model(engine, input);
     it = runs.emplace(key, ModelRun{std::move(engine), input, expected, actual}).first;
+  }
+  return it->second;
+}
+
+// Writes a copy of `model` whose graph also outputs the values named in `activations` (with
+// their shapes, the batch axis symbolic), so that the engine returns them. A value that is a
+// graph output survives every pass under its name, so the copy computes what the model does.
+void write_with_outputs(const std::string& model, const NamedTensors& activations,
+                        const std::string& path) {
+  onnx::ModelProto proto;
+  {
+    std::ifstream in(model, std::ios::binary);
+    ASSERT_TRUE(proto.ParseFromIstream(&in)) << model;
+  }
+  std::set<std::string> outputs;
+  for (const onnx::ValueInfoProto& output : proto.graph().output()) outputs.insert(output.name());
+  for (const auto& [name, tensor] : activations) {
+    if (outputs.count(name) != 0) continue;  // the last layer's output may be the model's
+    onnx::ValueInfoProto* output = proto.mutable_graph()->add_output();
+    output->set_name(name);
+    onnx::TypeProto::Tensor* type = output->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int axis = 0; axis < tensor.rank(); ++axis) {
+      onnx::TensorShapeProto::Dimension* dim = type->mutable_shape()->add_dim();
+      if (axis == 0) {
+        dim->set_dim_param("batch");
+      } else {
+        dim->set_dim_value(tensor.dim(axis));
+      }
+    }
+  }
+  std::ofstream out(path, std::ios::binary);
+  ASSERT_TRUE(proto.SerializeToOstream(&out)) << path;
+}
+
+// The model's recorded intermediate activations as one schedule computes them, on the saved
+// input: loaded from a temporary copy of the model with those values as extra outputs.
+const NamedTensors& activation_run(const std::string& name, const ModelFiles& files,
+                                   Schedule schedule) {
+  static std::map<std::pair<std::string, Schedule>, NamedTensors> runs;
+  const auto key = std::make_pair(name, schedule);
+  auto it = runs.find(key);
+  if (it == runs.end()) {
+    const NamedTensors recorded = read_npz(files.activations);
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              fmt::format("sparsecol-{}-activations-{}.onnx", name, ::getpid()))
+                                 .string();
+    write_with_outputs(files.onnx, recorded, path);
+    Options options;
+    options.schedule = schedule;
+    options.threads = kThreads;
+    Engine engine = Engine::load(path, options);
+    std::filesystem::remove(path);
+    NamedTensors outputs = engine.session().run({{"input", read_npy(files.input)}});
+    it = runs.emplace(key, std::move(outputs)).first;
   }
   return it->second;
 }
@@ -109,7 +220,10 @@ class ModelTest : public ::testing::TestWithParam<ModelCase> {
   ModelFiles files_;
 };
 
-TEST_P(ModelTest, MatchesPyTorch) {
+// Instantiated for the models PyTorch ran (not those pruned by the engine).
+class PyTorchModelTest : public ModelTest {};
+
+TEST_P(PyTorchModelTest, MatchesPyTorch) {
   const ModelRun& r = run();
   const test::TensorDiff diff = test::diff_tensors(r.actual, r.expected, 0, 0);
   const double tolerance = kRelativeTolerance * diff.max_abs_expected;
@@ -119,6 +233,42 @@ TEST_P(ModelTest, MatchesPyTorch) {
       tolerance, kRelativeTolerance);
   RecordProperty("max_abs_err", fmt::format("{:.3g}", diff.max_abs_err));
   EXPECT_TRUE(test::tensors_near(r.actual, r.expected, 0, tolerance));
+}
+
+// Intermediate activations, not only the final output (DESIGN.md): a network whose signal is
+// washed out can match at the output while its layers differ. Each recorded activation must match
+// PyTorch's (when PyTorch ran this model) and the reference schedule's, with the output's rule
+// applied to each tensor.
+// Instantiated for every case with an oracle: all but the reference schedule of a model pruned by
+// the engine (whose only oracle is itself).
+class ActivationTest : public ModelTest {};
+
+TEST_P(ActivationTest, IntermediateActivationsMatch) {
+  const NamedTensors& actual = activation_run(model(), files_, schedule());
+  std::vector<std::pair<std::string, const NamedTensors*>> oracles;
+  const NamedTensors pytorch =
+      files_.pytorch_activations ? read_npz(files_.activations) : NamedTensors();
+  if (files_.pytorch_activations) oracles.emplace_back("pytorch", &pytorch);
+  if (schedule() != Schedule::kReference) {
+    oracles.emplace_back("reference", &activation_run(model(), files_, Schedule::kReference));
+  }
+  ASSERT_FALSE(oracles.empty()) << "no oracle for " << model() << " on " << to_string(schedule());
+  const NamedTensors names = read_npz(files_.activations);
+  ASSERT_FALSE(names.empty()) << files_.activations << " records no activation";
+  for (const auto& [oracle_name, oracle] : oracles) {
+    for (const auto& [value, unused] : names) {
+      const auto got = actual.find(value), want = oracle->find(value);
+      ASSERT_NE(got, actual.end()) << "the engine did not return '" << value << "'";
+      ASSERT_NE(want, oracle->end()) << oracle_name << " has no '" << value << "'";
+      const test::TensorDiff diff = test::diff_tensors(got->second, want->second, 0, 0);
+      const double tolerance = kRelativeTolerance * diff.max_abs_expected;
+      std::cout << fmt::format("{} ({} vs {}): {} {}: {}\n", model(), to_string(schedule()),
+                               oracle_name, value, test::shape_string(got->second.shape()),
+                               test::describe_errors(diff));
+      EXPECT_TRUE(test::tensors_near(got->second, want->second, 0, tolerance))
+          << value << " vs " << oracle_name;
+    }
+  }
 }
 
 // Every schedule against the oracle, with PyTorch's tolerance: the schedules must agree with
@@ -151,7 +301,7 @@ class ParallelModelTest : public ModelTest {};
 
 TEST_P(ParallelModelTest, ThreadCountDoesNotChangeOutput) {
   const ModelRun& base = run();
-  for (int threads : {1, 3}) {
+  for (int threads : {1, 3, 4}) {
     const Tensor& actual = run(threads).actual;
     const double tolerance =
         1e-6 * test::diff_tensors(base.actual, base.actual, 0, 0).max_abs_expected;
@@ -160,10 +310,13 @@ TEST_P(ParallelModelTest, ThreadCountDoesNotChangeOutput) {
   }
 }
 
-// Guards the comparison itself: PyTorch's outputs for the two saved samples must differ by far
-// more than the tolerance, or a constant output would match.
+// Guards the comparison itself: the oracle's outputs for the two saved samples (PyTorch's, or
+// the reference schedule's for a model PyTorch did not run) must differ by far more than the
+// tolerance, or a constant output would match.
 TEST_P(ModelTest, OutputDependsOnInput) {
-  const Tensor expected = read_npy(files_.output);
+  const Tensor expected = files_.output.empty()
+                              ? model_run(model(), files_, Schedule::kReference).actual
+                              : read_npy(files_.output);
   ASSERT_GE(expected.dim(0), 2) << "the export script saves a batch of at least 2";
   const test::TensorDiff diff = test::diff_tensors(test::slice_batch(expected, 0, 1),
                                                    test::slice_batch(expected, 1, 1), 0, 0);
@@ -171,13 +324,16 @@ TEST_P(ModelTest, OutputDependsOnInput) {
   std::cout << fmt::format("{}: samples 0 and 1 differ by up to {:.3g} ({:.0f} tolerances)\n",
                            model(), diff.max_abs_err, diff.max_abs_err / tolerance);
   EXPECT_GT(diff.max_abs_err, kMinInputEffect * tolerance)
-      << "the output barely depends on the input: re-check the export's random weights";
+      << "the output barely depends on the input: re-check the export's random weights (and, "
+         "for a pruned CNN, the BatchNorm re-calibration)";
 }
 
 std::vector<ModelCase> all_cases() {
   std::vector<ModelCase> cases;
-  for (const char* model : {"small_cnn", "resnet50", "mobilenet_v2", "bert"}) {
-    for (Schedule s : {Schedule::kReference, Schedule::kLayerWise, Schedule::kOneDnn}) {
+  for (const char* model : {"small_cnn", "resnet50", "mobilenet_v2", "bert", "resnet50_s90",
+                            "resnet50_s95", "mobilenet_v2_s80", "bert_s90"}) {
+    for (Schedule s :
+         {Schedule::kReference, Schedule::kLayerWise, Schedule::kOneDnn, Schedule::kDepthWise}) {
       cases.push_back({model, s});
     }
   }
@@ -196,7 +352,64 @@ std::vector<ModelCase> parallel_cases() {
   return cases;
 }
 
+std::vector<ModelCase> pytorch_cases() {
+  std::vector<ModelCase> cases;
+  for (const ModelCase& c : all_cases()) {
+    if (pruned_by_engine(c.model) == nullptr) cases.push_back(c);
+  }
+  return cases;
+}
+
+// The depth-wise schedule with forced tile heights: one row (every conv needs a halo from its
+// neighbours' tiles), a prime that divides no image height, and taller than any image (one tile).
+// Same rule as ThreadCountDoesNotChangeOutput: tiles change where work is cut, not the
+// arithmetic of an output element.
+class DepthwiseTileTest : public ModelTest {};
+
+TEST_P(DepthwiseTileTest, ForcedTileHeightsDoNotChangeOutput) {
+  const ModelRun& base = run();
+  for (int rows : {1, 7, 1000}) {
+    Options options;
+    options.schedule = Schedule::kDepthWise;
+    options.threads = 3;
+    options.tile_rows = rows;
+    const Tensor actual = run_model(Engine::load(files_.onnx, options), base.input);
+    const double tolerance =
+        1e-6 * test::diff_tensors(base.actual, base.actual, 0, 0).max_abs_expected;
+    EXPECT_TRUE(test::tensors_near(actual, base.actual, 0, tolerance)) << rows << " tile rows";
+  }
+}
+
+TEST_P(DepthwiseTileTest, PlanReportComparesWithLayerByLayer) {
+  const std::string report = run().engine.plan_report();
+  std::cout << report;
+  EXPECT_NE(report.find("layer by layer"), std::string::npos);
+}
+
+std::vector<ModelCase> depthwise_cases() {
+  std::vector<ModelCase> cases;
+  for (const ModelCase& c : all_cases()) {
+    if (c.schedule == Schedule::kDepthWise) cases.push_back(c);
+  }
+  return cases;
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ModelTest, ::testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Models, DepthwiseTileTest, ::testing::ValuesIn(depthwise_cases()),
+                         case_name);
+std::vector<ModelCase> activation_cases() {
+  std::vector<ModelCase> cases;
+  for (const ModelCase& c : all_cases()) {
+    if (pruned_by_engine(c.model) == nullptr || c.schedule != Schedule::kReference) {
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ActivationTest, ::testing::ValuesIn(activation_cases()),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Models, PyTorchModelTest, ::testing::ValuesIn(pytorch_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Models, ParallelModelTest, ::testing::ValuesIn(parallel_cases()),
                          case_name);
 

@@ -8,6 +8,7 @@
 // S = sum_k |a||b| + |biases| + |residual| + 1: the forward error bound of a K-term float dot
 // product (plus the epilogue's additions) with a factor 2 of slack; 1e-6 covers the GELU's
 // rational erf (max abs error 4.5e-7, checked on its own below).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -177,7 +178,7 @@ TEST_P(GemmUkernelTest, EveryEpilogueVariantOnLayerLikeShapes) {
   std::mt19937 rng(99);
   std::vector<float> scratch;
   // Several blocks of M, N and K at once (the driver's MC, NC and KC loops), with tails.
-  const GemmShape shapes[] = {{67, 200, 576}, {300, 49, 129}, {5, 1100, 40}};
+  const GemmShape shapes[] = {{67, 200, 576}, {300, 49, 129}, {5, 1100, 40}, {20, 1500, 300}};
   for (const GemmShape& shape : shapes) {
     for (const EpilogueVariant& variant : kVariants) {
       const Problem problem(shape.m, shape.n, shape.k, variant, rng);
@@ -228,7 +229,8 @@ TEST_P(GemmPackedTest, PackedWeightsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, GemmPackedTest, ::testing::Values(Isa::kPortable, Isa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(AllIsas, GemmPackedTest,
+                         ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(to_string(info.param));
                          });
@@ -279,8 +281,30 @@ TEST(IsaTest, ReasonNamesTheActiveIsa) {
 }
 
 TEST(IsaTest, EveryIsaHasADefaultUkernelOfThatIsa) {
-  for (Isa isa : {Isa::kPortable, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
     EXPECT_EQ(default_gemm_ukernel(isa).isa, isa) << to_string(isa);
+  }
+}
+
+TEST(IsaTest, EffectiveIsaIsTheLowerOfRequestedAndActive) {
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    const Isa expected = isa_available(isa) ? isa : active_isa();
+    EXPECT_EQ(effective_isa(isa), expected) << to_string(isa);
+    EXPECT_LE(static_cast<int>(effective_isa(isa)), static_cast<int>(isa)) << to_string(isa);
+  }
+  EXPECT_EQ(effective_isa(Isa::kPortable), Isa::kPortable);
+}
+
+TEST(IsaTest, RunnableIsasAreTheAvailableOnesBestFirst) {
+  const std::vector<Isa> isas = runnable_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), active_isa());
+  EXPECT_EQ(isas.back(), Isa::kPortable);
+  for (std::size_t i = 1; i < isas.size(); ++i) {
+    EXPECT_LT(static_cast<int>(isas[i]), static_cast<int>(isas[i - 1]));
+  }
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    EXPECT_EQ(std::count(isas.begin(), isas.end(), isa), isa_available(isa) ? 1 : 0);
   }
 }
 

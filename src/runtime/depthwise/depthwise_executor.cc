@@ -1,19 +1,385 @@
-// Placeholder until the depth-wise executor lands (issue 5): the schedule is accepted by the
-// API and refused here with a clear error.
+// The depth-wise schedule: the graph cut into tensor columns (plan/tile_plan.h); each column runs
+// tile by tile (image x row block) on a thread team pinned one thread per core, every op of the
+// column on the tile in the thread's own tile buffers, and only the column's outputs written to
+// memory. Ops outside columns run whole through the layer-by-layer steps (layerwise/steps.h).
+// Halo rows are recomputed by each tile (first version; rolling line buffers come next).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
 #include <fmt/format.h>
 
+#include "plan/memory_plan.h"
+#include "plan/tile_plan.h"
+#include "runtime/depthwise/tile_kernels.h"
+#include "runtime/depthwise/tile_queue.h"
 #include "runtime/executor.h"
+#include "runtime/layerwise/steps.h"
+#include "runtime/topology.h"
 
 namespace sparsecol::runtime {
 
-std::unique_ptr<Executor> make_depthwise_executor(graph::Graph graph, int, const Options&) {
-  throw Error(ErrorCode::kUnsupported,
-              fmt::format("{}: the depthwise schedule is not implemented yet", graph.source));
+namespace {
+
+using depthwise::TileArgs;
+
+bool verbose_from_env() {
+  const char* v = std::getenv("SPARSECOL_VERBOSE");
+  return v != nullptr && std::strcmp(v, "0") != 0 && *v != '\0';
 }
 
-std::string describe_depthwise_plan(const graph::Graph& graph, int, const Options&) {
-  throw Error(ErrorCode::kUnsupported,
-              fmt::format("{}: the depthwise planner is not implemented yet", graph.source));
+plan::PlanOptions plan_options(int threads, const Options& options) {
+  if (options.cache_budget_bytes < 0 || options.tile_rows < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("depthwise: cache_budget_bytes ({}) and tile_rows ({}) must be >= 0 "
+                            "(0: chosen from the machine)",
+                            options.cache_budget_bytes, options.tile_rows));
+  }
+  const Topology& machine = machine_topology();
+  plan::PlanOptions p;
+  // hwloc's L2 per core; 512 KiB (a common server L2) if it reports none.
+  p.cache_budget_bytes = options.cache_budget_bytes > 0  ? options.cache_budget_bytes
+                         : machine.l2_bytes_per_core > 0 ? machine.l2_bytes_per_core
+                                                         : 512 * 1024;
+  p.shared_cache_bytes = machine.l3_bytes;
+  p.tile_rows = options.tile_rows;
+  p.threads = std::max(1, threads);
+  return p;
+}
+
+// Where an op of a column reads one of its inputs on a tile.
+struct Source {
+  enum class Kind { kNone, kMemory, kTile } kind = Kind::kNone;
+  int id = -1;  // kMemory: the value; kTile: the producing op of the column
+};
+
+class DepthwiseExecutor final : public Executor {
+ public:
+  DepthwiseExecutor(graph::Graph graph, int threads, const Options& options)
+      : graph_(std::move(graph)), threads_(std::max(1, threads)), options_(options) {
+    if (threads < 1) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("depthwise: threads must be >= 1, got {}", threads));
+    }
+    plan_ = plan::plan_columns(graph_, plan_options(threads_, options_));
+    tensors_.resize(graph_.values.size());
+    workers_.resize(static_cast<std::size_t>(threads_));
+    layer_scratch_.resize(static_cast<std::size_t>(threads_));
+    const Topology& machine = machine_topology();
+    // Workers beyond the cores would share them anyway: pin only a team that fits.
+    pin_ = threads_ <= machine.physical_cores;
+    thread_nodes_ = thread_nodes(machine, threads_);
+    build_units();
+    plan_buffers();
+    if (options_.verbose || verbose_from_env()) {
+      std::fprintf(stderr, "%s", plan::describe_plan(graph_, plan_).c_str());
+    }
+  }
+
+  NamedTensors run(const NamedTensors& inputs) override {
+    for (int v : graph_.inputs) tensors_[index(v)] = inputs.at(value(v).name);
+    for (int v : owned_outputs_) tensors_[index(v)] = Tensor::zeros(value(v).dtype, dims(v));
+    if (profiler_ != nullptr) profiler_->begin_run(threads_);
+    layerwise::RunContext ctx{tensors_, threads_, layer_scratch_};
+    for (Unit& unit : units_) {
+      if (unit.column >= 0) {
+        run_column(columns_[static_cast<std::size_t>(unit.column)]);
+      } else {
+        Profiler::Scope timed(profiler_, 0, graph_.nodes[static_cast<std::size_t>(unit.node)]);
+        unit.step->run(ctx);
+      }
+    }
+    NamedTensors outputs;
+    for (int v : graph_.outputs) {
+      const Tensor& t = tensors_[index(v)];
+      outputs[value(v).name] = root_[index(v)] == kOwned ? t : t.clone();
+    }
+    for (int v : graph_.inputs) tensors_[index(v)] = Tensor();
+    for (int v : owned_outputs_) tensors_[index(v)] = Tensor();
+    return outputs;
+  }
+
+  std::vector<LayerInfo> layers() const override {
+    std::vector<LayerInfo> infos;
+    for (const Unit& unit : units_) {
+      if (unit.column < 0) {
+        infos.push_back(describe_node(graph_, graph_.nodes[static_cast<std::size_t>(unit.node)]));
+        unit.step->describe(infos.back());
+        continue;
+      }
+      const ColumnRun& run = columns_[static_cast<std::size_t>(unit.column)];
+      for (std::size_t i = 0; i < run.column->ops.size(); ++i) {
+        const graph::Node& node = graph_.nodes[static_cast<std::size_t>(run.column->ops[i].node)];
+        infos.push_back(describe_node(graph_, node));
+        infos.back().implementation =
+            fmt::format("column {} ({} rows/tile): {}", unit.column, run.column->tile_rows,
+                        run.kernels[i]->implementation());
+      }
+    }
+    return infos;
+  }
+
+ private:
+  static constexpr int kNotPlanned = -1;  // constant, caller input, or a column's intermediate
+  static constexpr int kOwned = -2;       // graph output, allocated per run
+
+  // One column bound to kernels, with the source of every op input.
+  struct ColumnRun {
+    const plan::Column* column = nullptr;
+    std::vector<std::unique_ptr<depthwise::TileKernel>> kernels;  // per op
+    std::vector<std::vector<Source>> sources;                     // per op, per node input
+    std::unique_ptr<depthwise::TileQueue> queue;
+  };
+  // What runs in order: a column, or one node whole.
+  struct Unit {
+    int column = -1;
+    int node = -1;
+    std::unique_ptr<layerwise::Step> step;
+  };
+  // A worker's own memory, grown by the worker itself so that first touch places it on the
+  // worker's NUMA node (Linux allocates a page on the node of the thread that first writes it).
+  struct Worker {
+    std::vector<float> arena;    // tile buffers
+    std::vector<float> scratch;  // kernel scratch
+  };
+
+  static std::size_t index(int id) { return static_cast<std::size_t>(id); }
+  const graph::Value& value(int id) const { return graph_.values[index(id)]; }
+  std::vector<int64_t> dims(int id) const {
+    const graph::Value& v = value(id);
+    auto d = v.shape ? graph::concrete(*v.shape) : std::nullopt;
+    if (!d || !v.dtype_known) {
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("depthwise: value '{}' has no concrete shape", v.name));
+    }
+    return *d;
+  }
+  bool is_graph_output(int id) const {
+    return std::find(graph_.outputs.begin(), graph_.outputs.end(), id) != graph_.outputs.end();
+  }
+
+  void build_units() {
+    root_.assign(graph_.values.size(), kNotPlanned);
+    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
+      if (graph_.values[v].constant) tensors_[v] = *graph_.values[v].constant;
+      if (graph_.values[v].producer < 0 || graph_.values[v].constant) continue;
+      root_[v] = is_graph_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
+    }
+    columns_.resize(plan_.columns.size());
+    for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
+      const graph::Node& node = graph_.nodes[n];
+      const int col = plan_.column_of[n];
+      if (col >= 0) {
+        const plan::Column& c = plan_.columns[static_cast<std::size_t>(col)];
+        // A column's intermediates live in tile buffers only.
+        for (const plan::TileOp& op : c.ops) {
+          const bool out =
+              std::find(c.outputs.begin(), c.outputs.end(), op.output) != c.outputs.end();
+          if (!out) root_[index(op.output)] = kNotPlanned;
+        }
+        if (c.ops.front().node == static_cast<int>(n)) {
+          bind_column(static_cast<std::size_t>(col));
+          units_.push_back(Unit{col, static_cast<int>(n), nullptr});
+        }
+        continue;
+      }
+      Unit unit{-1, static_cast<int>(n), nullptr};
+      std::string why_not;
+      if (layerwise::is_view_op(graph_, node) && !is_graph_output(node.outputs[0])) {
+        unit.step = layerwise::make_view_step(graph_, node);
+        root_[index(node.outputs[0])] =
+            root_[index(node.input(0))] < 0 ? kNotPlanned : root_[index(node.input(0))];
+      } else {
+        unit.step = layerwise::make_fast_step(graph_, node, options_, &why_not);
+        if (unit.step == nullptr) unit.step = layerwise::make_reference_step(graph_, node);
+      }
+      units_.push_back(std::move(unit));
+    }
+    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
+      if (root_[v] == kOwned) owned_outputs_.push_back(static_cast<int>(v));
+    }
+  }
+
+  void bind_column(std::size_t col) {
+    const plan::Column& c = plan_.columns[col];
+    ColumnRun& run = columns_[col];
+    run.column = &c;
+    for (const plan::TileOp& op : c.ops) {
+      const graph::Node& node = graph_.nodes[static_cast<std::size_t>(op.node)];
+      run.kernels.push_back(depthwise::make_tile_kernel(graph_, op, options_));
+      std::vector<Source> sources(node.inputs.size());
+      for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+        const int v = node.inputs[j];
+        if (v < 0 || op.inputs[j].kind == plan::RowMap::Kind::kNone) continue;
+        sources[j] = {Source::Kind::kMemory, v};
+        for (std::size_t k = 0; k < c.ops.size(); ++k) {
+          if (c.ops[k].output == v) sources[j] = {Source::Kind::kTile, static_cast<int>(k)};
+        }
+      }
+      run.sources.push_back(std::move(sources));
+    }
+    run.queue = std::make_unique<depthwise::TileQueue>(thread_nodes_, c.batch, c.tiles_per_image);
+  }
+
+  // The values in memory (column outputs, outputs of whole nodes) in one arena, planned with
+  // the units as steps: a column reads its inputs and writes its outputs during its whole unit.
+  void plan_buffers() {
+    std::vector<int> unit_of(graph_.nodes.size(), -1);
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      const Unit& unit = units_[u];
+      if (unit.column < 0) {
+        unit_of[index(unit.node)] = static_cast<int>(u);
+        continue;
+      }
+      for (const plan::TileOp& op : columns_[index(unit.column)].column->ops) {
+        unit_of[index(op.node)] = static_cast<int>(u);
+      }
+    }
+    std::vector<int> request_of(graph_.values.size(), -1);
+    std::vector<int> planned;
+    std::vector<plan::BufferRequest> requests;
+    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
+      if (root_[v] != static_cast<int>(v)) continue;
+      const int u = unit_of[index(graph_.values[v].producer)];
+      const auto size = static_cast<int64_t>(checked_numel(dims(static_cast<int>(v))) *
+                                             static_cast<int64_t>(dtype_size(value(v).dtype)));
+      request_of[v] = static_cast<int>(requests.size());
+      planned.push_back(static_cast<int>(v));
+      requests.push_back({size, u, u});
+    }
+    for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
+      for (int v : graph_.nodes[n].inputs) {
+        if (v < 0 || root_[index(v)] < 0) continue;
+        plan::BufferRequest& r = requests[index(request_of[index(root_[index(v)])])];
+        r.last_step = std::max(r.last_step, unit_of[n]);
+      }
+    }
+    const plan::MemoryPlan memory = plan::plan_memory(requests);
+    arena_.reset(memory.arena_size > 0
+                     ? static_cast<std::byte*>(
+                           ::operator new(static_cast<std::size_t>(memory.arena_size), kAlignment))
+                     : nullptr);
+    for (std::size_t b = 0; b < planned.size(); ++b) {
+      const int v = planned[b];
+      tensors_[index(v)] = Tensor::view(arena_.get() + memory.offsets[b], value(v).dtype, dims(v));
+    }
+  }
+
+  // Image `image` of a value in memory, seen by the row kernels.
+  kernels::PlaneView image_view(int v, int64_t image) const {
+    Tensor& t = const_cast<Tensor&>(tensors_[index(v)]);
+    const int64_t c = t.dim(1), plane = t.dim(2) * t.dim(3);
+    return {t.data<float>() + image * c * plane, 0, plane};
+  }
+
+  void run_column(ColumnRun& run) {
+    const plan::Column& c = *run.column;
+    run.queue->reset();
+    const auto arena_floats = static_cast<std::size_t>(c.arena_bytes / 4 + 16);
+#pragma omp parallel num_threads(threads_)
+    {
+      const int thread = omp_get_thread_num();
+      // The caller's own thread (0) is the user's: never rebind it.
+      thread_local int pinned_core = -1;
+      if (pin_ && thread > 0 && omp_get_num_threads() == threads_ && pinned_core != thread) {
+        pinned_core = pin_current_thread(thread) ? thread : -1;
+      }
+      Worker& worker = workers_[static_cast<std::size_t>(thread)];
+      if (worker.arena.size() < arena_floats) worker.arena.resize(arena_floats);
+      // The arena's 64-byte aligned start: buffer offsets are multiples of 64.
+      float* arena = reinterpret_cast<float*>(
+          (reinterpret_cast<std::uintptr_t>(worker.arena.data()) + 63) & ~std::uintptr_t{63});
+      run_tiles(run, thread, arena, worker.scratch);
+    }
+  }
+
+  void run_tiles(ColumnRun& run, int thread, float* arena, std::vector<float>& scratch) {
+    const plan::Column& c = *run.column;
+    const auto m = c.ops.size();
+    TileArgs args;
+    args.scratch = &scratch;
+    // Op k's tile buffer on tile t.
+    auto tile_view = [&](std::size_t k, std::size_t t) {
+      const plan::RowRange rows = c.rows[t][k];
+      return kernels::PlaneView{arena + c.buffer_offset[k] / 4, rows.begin,
+                                rows.size() * c.ops[k].width};
+    };
+    for (int64_t tile; (tile = run.queue->next(thread)) >= 0;) {
+      const int64_t image = tile / c.tiles_per_image;
+      const auto t = static_cast<std::size_t>(tile % c.tiles_per_image);
+      for (std::size_t i = 0; i < m; ++i) {
+        const plan::TileOp& op = c.ops[i];
+        args.rows = c.rows[t][i];
+        if (args.rows.empty()) continue;
+        const std::vector<Source>& sources = run.sources[i];
+        args.inputs.assign(sources.size(), kernels::PlaneView{});
+        for (std::size_t j = 0; j < sources.size(); ++j) {
+          if (sources[j].kind == Source::Kind::kMemory) {
+            args.inputs[j] = image_view(sources[j].id, image);
+          } else if (sources[j].kind == Source::Kind::kTile) {
+            args.inputs[j] = tile_view(static_cast<std::size_t>(sources[j].id), t);
+          }
+        }
+        const bool anchor = i + 1 == m;
+        args.output = anchor ? image_view(op.output, image) : tile_view(i, t);
+        {
+          Profiler::Scope timed(profiler_, thread, graph_.nodes[static_cast<std::size_t>(op.node)],
+                                static_cast<int>(tile));
+          run.kernels[i]->run(args);
+        }
+        if (!anchor && c.is_output(static_cast<int>(i))) {
+          copy_rows(args.output, image_view(op.output, image), c.own[t][i], op);
+        }
+      }
+    }
+  }
+
+  // Rows `rows` of every channel from a tile buffer to memory (an output read after the column).
+  static void copy_rows(const kernels::PlaneView& from, const kernels::PlaneView& to,
+                        plan::RowRange rows, const plan::TileOp& op) {
+    if (rows.empty()) return;
+    const auto bytes = static_cast<std::size_t>(rows.size() * op.width) * sizeof(float);
+    for (int64_t ch = 0; ch < op.channels; ++ch) {
+      std::memcpy(to.data + ch * to.plane_stride + (rows.begin - to.row0) * op.width,
+                  from.data + ch * from.plane_stride + (rows.begin - from.row0) * op.width, bytes);
+    }
+  }
+
+  static constexpr std::align_val_t kAlignment{64};
+  struct ArenaDelete {
+    void operator()(std::byte* p) const { ::operator delete(p, kAlignment); }
+  };
+
+  graph::Graph graph_;
+  int threads_;
+  Options options_;
+  plan::TilePlan plan_;
+  bool pin_ = false;
+  std::vector<int> thread_nodes_;  // NUMA node of each worker
+  std::vector<Tensor> tensors_;    // by value id: arena views, constants, inputs/outputs per run
+  std::vector<int> root_;          // value whose buffer a value lives in, or kNotPlanned/kOwned
+  std::vector<int> owned_outputs_;
+  std::vector<ColumnRun> columns_;  // per plan column
+  std::vector<Unit> units_;         // in graph order
+  std::unique_ptr<std::byte, ArenaDelete> arena_;
+  std::vector<Worker> workers_;                    // per thread
+  std::vector<std::vector<float>> layer_scratch_;  // per thread, for the whole-node steps
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_depthwise_executor(graph::Graph graph, int threads,
+                                                  const Options& options) {
+  return std::make_unique<DepthwiseExecutor>(std::move(graph), threads, options);
+}
+
+std::string describe_depthwise_plan(const graph::Graph& graph, int threads,
+                                    const Options& options) {
+  return plan::describe_plan(graph, plan::plan_columns(graph, plan_options(threads, options)));
 }
 
 }  // namespace sparsecol::runtime

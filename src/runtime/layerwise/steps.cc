@@ -14,8 +14,10 @@
 #include "f32-gemm/gemm.h"
 #include "f32-norm/norm.h"
 #include "f32-pool/pool.h"
+#include "f32-spmm/spmm.h"
 #include "graph/op_params.h"
 #include "runtime/epilogue.h"
+#include "runtime/kernel_bindings.h"
 #include "runtime/reference/reference_ops.h"
 
 namespace sparsecol::runtime::layerwise {
@@ -72,77 +74,39 @@ const Tensor* constant_of(const graph::Graph& graph, int id) {
   return c && c->dtype() == DType::kFloat32 ? &*c : nullptr;
 }
 
-kernels::Activation to_activation(graph::EpilogueOp::Kind kind) {
-  switch (kind) {
-    case graph::EpilogueOp::Kind::kRelu:
-      return kernels::Activation::kRelu;
-    case graph::EpilogueOp::Kind::kClip:
-      return kernels::Activation::kClip;
-    case graph::EpilogueOp::Kind::kGelu:
-      return kernels::Activation::kGelu;
-    case graph::EpilogueOp::Kind::kAdd:
-      break;
-  }
-  return kernels::Activation::kNone;
-}
-
-// A node's epilogue in the kernels' form out = post(residual + pre(acc + col_bias)). When the
-// list does not fit that form, `fits` is false and the step applies it afterwards with the
-// generic runtime::apply_epilogue.
+// A node's epilogue as the kernels fuse it (runtime::fuse_epilogue). When it does not fit,
+// `fits` is false and the step applies it afterwards with the generic runtime::apply_epilogue.
 struct EpiloguePlan {
   kernels::Epilogue kernel;  // residual pointer bound per run
   int residual = -1;         // value id of the residual operand
   bool fits = true;
+
+  const float* residual_data(RunContext& ctx) const {
+    return residual >= 0 ? ctx.tensors[static_cast<std::size_t>(residual)].data<float>() : nullptr;
+  }
 };
 
+// A bias is a constant vector along the output's last axis (where the kernel takes one); a
+// residual, a float32 tensor of the output's shape.
 EpiloguePlan plan_epilogue(const graph::Graph& graph, const graph::Node& node, const Dims& out,
                            bool allow_col_bias) {
-  EpiloguePlan plan;
-  enum Stage { kStart, kBias, kPre, kResidual, kPost } stage = kStart;
-  bool clip_used = false;
-  auto activation = [&](const graph::EpilogueOp& op) {
-    if (op.kind == graph::EpilogueOp::Kind::kClip) {
-      if (clip_used && (plan.kernel.clip_min != op.min || plan.kernel.clip_max != op.max)) {
-        return false;
-      }
-      clip_used = true;
-      plan.kernel.clip_min = op.min;
-      plan.kernel.clip_max = op.max;
-    }
-    if (stage <= kBias) {
-      plan.kernel.pre_residual = to_activation(op.kind);
-      stage = kPre;
-    } else if (stage == kResidual) {
-      plan.kernel.post_residual = to_activation(op.kind);
-      stage = kPost;
-    } else {
-      return false;
-    }
-    return true;
-  };
-  for (const graph::EpilogueOp& op : node.epilogue) {
-    if (op.kind != graph::EpilogueOp::Kind::kAdd) {
-      if (!activation(op)) plan.fits = false;
-      continue;
-    }
-    const int operand = op.input >= 0 && static_cast<std::size_t>(op.input) < node.inputs.size()
-                            ? node.inputs[static_cast<std::size_t>(op.input)]
-                            : -1;
-    const std::optional<Dims> dims = dims_of(graph, operand);
+  const std::optional<FusedEpilogue> fused = fuse_epilogue(node, [&](int input) {
+    const int operand = node.inputs[static_cast<std::size_t>(input)];
+    AddOperandUse use;
     const Tensor* constant = constant_of(graph, operand);
-    if (constant != nullptr && allow_col_bias && stage == kStart && !out.empty() &&
-        constant->numel() == out.back() && graph::broadcasts_to(constant->shape(), out)) {
-      plan.kernel.col_bias = constant->data<float>();
-      stage = kBias;
-    } else if (is_f32(graph, operand) && dims && *dims == out && stage <= kPre) {
-      plan.residual = operand;
-      stage = kResidual;
-    } else {
-      plan.fits = false;
+    if (constant != nullptr && allow_col_bias && !out.empty() && constant->numel() == out.back() &&
+        graph::broadcasts_to(constant->shape(), out)) {
+      use.bias = constant->data<float>();
     }
-  }
-  if (!plan.fits) plan = EpiloguePlan{{}, -1, false};
-  return plan;
+    const std::optional<Dims> dims = dims_of(graph, operand);
+    use.residual = is_f32(graph, operand) && dims && *dims == out;
+    return use;
+  });
+  if (!fused) return EpiloguePlan{{}, -1, false};
+  const int residual = fused->residual_input >= 0
+                           ? node.inputs[static_cast<std::size_t>(fused->residual_input)]
+                           : -1;
+  return EpiloguePlan{fused->kernel, residual, true};
 }
 
 // What every fast step shares: the node, its output, the epilogue fallback.
@@ -188,18 +152,16 @@ class ConvStep final : public FastStep {
     const kernels::ConvGeometry& g = conv_.geometry();
     const float* x = input(ctx, 0);
     float* y = output(ctx);
-    const float* residual =
-        epilogue_.residual >= 0
-            ? ctx.tensors[static_cast<std::size_t>(epilogue_.residual)].data<float>()
-            : nullptr;
+    const float* residual = epilogue_.residual_data(ctx);
     const int64_t in_image = g.in_c * g.in_h * g.in_w, out_image = g.out_c * g.out_h * g.out_w;
-    // Enough row blocks per image to feed every thread even at batch 1.
-    const int64_t blocks = std::min<int64_t>(g.out_h, std::max<int64_t>(1, 4 * ctx.threads));
-    const int64_t rows = ceil_div(g.out_h, blocks);
-    const int64_t per_image = ceil_div(g.out_h, rows);
+    const Split split = this->split(ctx.threads);
+    const int64_t rows = split.rows, channels = split.channels;
+    const int64_t row_blocks = ceil_div(g.out_h, rows);
+    const int64_t per_image = row_blocks * ceil_div(g.out_c, channels);
     parallel_for(ctx.threads, batch_ * per_image, [&](int64_t task, int thread) {
-      const int64_t n = task / per_image, r0 = task % per_image * rows;
+      const int64_t n = task / per_image, r0 = task % per_image % row_blocks * rows;
       const int64_t r1 = std::min(g.out_h, r0 + rows);
+      const int64_t c0 = task % per_image / row_blocks * channels;
       const kernels::PlaneView src{const_cast<float*>(x) + n * in_image, 0, g.in_h * g.in_w};
       const kernels::PlaneView dst{y + n * out_image, 0, g.out_h * g.out_w};
       kernels::Epilogue ep = epilogue_.kernel;
@@ -209,20 +171,52 @@ class ConvStep final : public FastStep {
         ep.residual = res.data;
         ep.residual_ld = g.out_w;
       }
-      kernels::conv2d_rows(conv_, src, dst, r0, r1, ep, residual != nullptr ? &res : nullptr,
-                           ctx.scratch[static_cast<std::size_t>(thread)]);
+      kernels::conv2d_region(conv_, src, dst, r0, r1, c0, std::min(g.out_c, c0 + channels), ep,
+                             residual != nullptr ? &res : nullptr,
+                             ctx.scratch[static_cast<std::size_t>(thread)]);
     });
     finish(ctx, epilogue_.fits);
   }
 
+  void describe(LayerInfo& info) const override {
+    info.implementation = implementation();
+    info.weight_format = conv_.weight_format();
+    info.packed_bytes = conv_.packed_bytes();
+  }
+
  private:
+  // Output rows x output channels of one task.
+  struct Split {
+    int64_t rows, channels;
+  };
+  // Dense: all channels, enough row blocks per image to feed every thread even at batch 1.
+  // Sparse: a sparse kernel streams the whole weight once per run of pixels it is handed, and a
+  // short run wastes its vector tail, so runs are kept at >= kSparseTaskPixels (or the whole
+  // image) and the threads are fed by splitting output channels instead where the batch has too
+  // few such runs (ResNet-50's 7x7 layers at batch 1: one run per image).
+  Split split(int threads) const {
+    const kernels::ConvGeometry& g = conv_.geometry();
+    const int64_t wanted = std::max<int64_t>(1, 4 * threads);
+    if (!conv_.splits_channels()) {
+      return {ceil_div(g.out_h, std::min<int64_t>(g.out_h, wanted)), g.out_c};
+    }
+    constexpr int64_t kSparseTaskPixels = 256, kMinTaskChannels = 16;
+    const int64_t rows = std::min(g.out_h, ceil_div(kSparseTaskPixels, g.out_w));
+    const int64_t row_tasks = batch_ * ceil_div(g.out_h, rows);
+    // Only as many channel blocks as the threads need: each block redoes the input's
+    // im2col / padded copy.
+    const int64_t channel_blocks = std::clamp<int64_t>(ceil_div(std::max(threads, 1), row_tasks), 1,
+                                                       ceil_div(g.out_c, kMinTaskChannels));
+    return {rows, ceil_div(g.out_c, channel_blocks)};
+  }
+
   kernels::PackedConv conv_;
   int64_t batch_;
   EpiloguePlan epilogue_;
 };
 
 std::unique_ptr<Step> make_conv(const graph::Graph& graph, const graph::Node& node,
-                                [[maybe_unused]] const Options& options, std::string* why_not) {
+                                const Options& options, std::string* why_not) {
   const std::optional<Dims> x = dims_of(graph, node.input(0)), y = dims_of(graph, node.output(0));
   const Tensor* w = constant_of(graph, node.input(1));
   const Tensor* b = constant_of(graph, node.input(2));
@@ -233,25 +227,10 @@ std::unique_ptr<Step> make_conv(const graph::Graph& graph, const graph::Node& no
   const std::optional<Dims> bias_dims =
       b != nullptr ? std::optional<Dims>(b->shape()) : std::nullopt;
   const graph::ConvParams p = graph::parse_conv(graph, node, *x, w->shape(), bias_dims);
-  const graph::WindowParams& win = p.window;
-  kernels::ConvGeometry g;
-  g.in_c = p.in_channels;
-  g.in_h = win.in_size[0];
-  g.in_w = win.in_size[1];
-  g.out_c = p.out_channels;
-  g.out_h = win.out_size[0];
-  g.out_w = win.out_size[1];
-  g.kernel_h = win.kernel[0];
-  g.kernel_w = win.kernel[1];
-  g.stride_h = win.strides[0];
-  g.stride_w = win.strides[1];
-  g.pad_top = win.pads_begin[0];
-  g.pad_left = win.pads_begin[1];
-  g.dilation_h = win.dilations[0];
-  g.dilation_w = win.dilations[1];
-  g.groups = p.group;
   const EpiloguePlan epilogue = plan_epilogue(graph, node, *y, /*allow_col_bias=*/false);
-  kernels::PackedConv conv(g, w->data<float>(), b != nullptr ? b->data<float>() : nullptr);
+  // A pruned weight (sparsity at or above the threshold) is packed for the sparse kernels.
+  kernels::PackedConv conv(conv_geometry(p), w->data<float>(),
+                           b != nullptr ? b->data<float>() : nullptr, options.sparse_threshold);
   return std::make_unique<ConvStep>(graph, node, std::move(conv), p.batch, epilogue);
 }
 
@@ -281,10 +260,7 @@ class GemmStep final : public FastStep {
     const float* a = input(ctx, 0);
     const float* b = weight_.empty() ? input(ctx, 1) : weight_.data();
     float* c = output(ctx);
-    const float* residual =
-        epilogue_.residual >= 0
-            ? ctx.tensors[static_cast<std::size_t>(epilogue_.residual)].data<float>()
-            : nullptr;
+    const float* residual = epilogue_.residual_data(ctx);
     const int64_t row_blocks = ceil_div(s.m, kGemmRowBlock);
     const int64_t col_blocks = ceil_div(s.n, kGemmColBlock);
     const int64_t per_batch = row_blocks * col_blocks;
@@ -309,11 +285,78 @@ class GemmStep final : public FastStep {
     finish(ctx, epilogue_.fits);
   }
 
+  void describe(LayerInfo& info) const override {
+    info.implementation = implementation();
+    if (weight_.empty()) return;
+    info.weight_format = "dense";
+    info.packed_bytes = static_cast<int64_t>(weight_.size() * sizeof(float));
+  }
+
  private:
   BatchedGemm shape_;
   std::vector<float> weight_;
   EpiloguePlan epilogue_;
 };
+
+// A linear layer Y[T x N] = X[T x K] W[K x N] whose constant W is pruned: the sparse kernel over
+// Y^T = W^T X^T (kernels::sparse_linear), regions = blocks of kSpmmTokenBlock tokens x blocks of
+// features. Results do not depend on the split: the kernel sums every element in one order.
+class SparseLinearStep final : public FastStep {
+ public:
+  SparseLinearStep(const graph::Graph& graph, const graph::Node& node, kernels::SparseLinear w,
+                   int64_t tokens, EpiloguePlan epilogue, const char* what)
+      : FastStep(graph, node,
+                 fmt::format("{} spmm/{}", what, kernels::to_string(kernels::active_isa()))),
+        weight_(std::move(w)),
+        tokens_(tokens),
+        epilogue_(epilogue) {}
+
+  void run(RunContext& ctx) override {
+    const int64_t k = weight_.depth(), n = weight_.features();
+    const float* x = input(ctx, 0);
+    float* y = output(ctx);
+    const float* residual = epilogue_.residual_data(ctx);
+    // Each task transposes its tokens of X once, so features are split only as far as the
+    // threads need (at least kMinTaskFeatures each).
+    constexpr int64_t kMinTaskFeatures = 64;
+    const int64_t token_blocks = ceil_div(tokens_, kernels::kSpmmTokenBlock);
+    const int64_t feature_blocks = std::clamp<int64_t>(ceil_div(4 * ctx.threads, token_blocks), 1,
+                                                       ceil_div(n, kMinTaskFeatures));
+    const int64_t features = ceil_div(n, feature_blocks);
+    parallel_for(ctx.threads, token_blocks * feature_blocks, [&](int64_t task, int thread) {
+      const int64_t t0 = task / feature_blocks * kernels::kSpmmTokenBlock;
+      const int64_t f0 = task % feature_blocks * features;
+      const int64_t t1 = std::min(tokens_, t0 + kernels::kSpmmTokenBlock);
+      kernels::Epilogue ep = epilogue_.kernel;
+      if (ep.col_bias != nullptr) ep.col_bias += f0;
+      if (residual != nullptr) {
+        ep.residual = residual + t0 * n + f0;
+        ep.residual_ld = n;
+      }
+      kernels::sparse_linear(weight_, x + t0 * k, k, t1 - t0, f0, std::min(n, f0 + features),
+                             y + t0 * n + f0, n, ep, ctx.scratch[static_cast<std::size_t>(thread)]);
+    });
+    finish(ctx, epilogue_.fits);
+  }
+
+  void describe(LayerInfo& info) const override {
+    info.implementation = implementation();
+    info.weight_format = "sparse-csr";
+    info.packed_bytes = weight_.weight_t().packed_bytes();
+  }
+
+ private:
+  kernels::SparseLinear weight_;
+  int64_t tokens_;
+  EpiloguePlan epilogue_;
+};
+
+// Whether a constant linear-layer weight of `count` floats is pruned enough for the sparse path.
+bool use_sparse_linear(const Tensor& weight, const Options& options) {
+  return kernels::zero_fraction(weight.data<float>(), weight.numel()) >=
+         kernels::resolve_sparse_threshold(options.sparse_threshold,
+                                           kernels::SparseLayerKind::kLinear);
+}
 
 // Offsets of each batch entry of an operand whose batch dims (right-aligned, 1 = broadcast)
 // are `operand` within the product's batch dims `batch`.
@@ -339,7 +382,7 @@ std::vector<int64_t> batch_offsets(const Dims& batch, const Dims& operand, int64
 }
 
 std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& node,
-                                  [[maybe_unused]] const Options& options, std::string* why_not) {
+                                  const Options& options, std::string* why_not) {
   const std::optional<Dims> a = dims_of(graph, node.input(0)), b = dims_of(graph, node.input(1));
   const std::optional<Dims> y = dims_of(graph, node.output(0));
   if (!a || !b || !y || a->size() < 2 || b->size() < 2) {
@@ -354,6 +397,11 @@ std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& 
     // One B for every batch entry (a linear layer): fold A's batch dims into M, so that the
     // row blocks span tokens of every batch entry and B is read once per block.
     const bool a_dense = p.a_batch == p.batch;
+    if (a_dense && weight != nullptr && use_sparse_linear(*weight, options)) {
+      return std::make_unique<SparseLinearStep>(
+          graph, node, kernels::SparseLinear(weight->data<float>(), p.k, p.n, p.n, 1),
+          p.m * numel(p.batch), epilogue, "matmul");
+    }
     if (a_dense) {
       s.m = p.m * numel(p.batch);
       s.a_offsets = {0};
@@ -372,7 +420,7 @@ std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& 
 }
 
 std::unique_ptr<Step> make_gemm(const graph::Graph& graph, const graph::Node& node,
-                                [[maybe_unused]] const Options& options, std::string* why_not) {
+                                const Options& options, std::string* why_not) {
   const std::optional<Dims> a = dims_of(graph, node.input(0)), b = dims_of(graph, node.input(1));
   const std::optional<Dims> y = dims_of(graph, node.output(0));
   const Tensor* weight = constant_of(graph, node.input(1));
@@ -396,8 +444,14 @@ std::unique_ptr<Step> make_gemm(const graph::Graph& graph, const graph::Node& no
     // An unfused epilogue runs after the kernel: the bias must then be added by the kernel
     // alone, which is what a plan without activations or residual does.
   }
-  std::vector<float> packed(static_cast<std::size_t>(p.k * p.n));
   const float* w = weight->data<float>();
+  if (use_sparse_linear(*weight, options)) {
+    kernels::SparseLinear sparse = p.trans_b ? kernels::SparseLinear(w, p.k, p.n, 1, p.k)
+                                             : kernels::SparseLinear(w, p.k, p.n, p.n, 1);
+    return std::make_unique<SparseLinearStep>(graph, node, std::move(sparse), p.m, epilogue,
+                                              "gemm");
+  }
+  std::vector<float> packed(static_cast<std::size_t>(p.k * p.n));
   for (int64_t kk = 0; kk < p.k; ++kk) {
     for (int64_t nn = 0; nn < p.n; ++nn) {
       packed[static_cast<std::size_t>(kk * p.n + nn)] =
@@ -502,12 +556,7 @@ class PoolStep final : public FastStep {
  public:
   PoolStep(const graph::Graph& graph, const graph::Node& node, kernels::PoolKind kind,
            kernels::PoolGeometry g, int64_t batch)
-      : FastStep(graph, node,
-                 fmt::format("{}-pool-rows/{}", kind == kernels::PoolKind::kMax ? "max" : "avg",
-                             kernels::to_string(kernels::active_isa()))),
-        kind_(kind),
-        g_(g),
-        batch_(batch) {}
+      : FastStep(graph, node, pool_rows_implementation(kind)), kind_(kind), g_(g), batch_(batch) {}
 
   void run(RunContext& ctx) override {
     const float* x = input(ctx, 0);
@@ -538,27 +587,7 @@ std::unique_ptr<Step> make_pool(const graph::Graph& graph, const graph::Node& no
   if (!x || x->size() != 4) return *why_not = "not 2-D pooling", nullptr;
   if (node.outputs.size() > 1 && node.outputs[1] >= 0) return *why_not = "Indices output", nullptr;
   const graph::PoolParams p = graph::parse_pool(graph, node, *x);
-  const graph::WindowParams& w = p.window;
-  kernels::PoolGeometry g;
-  g.channels = p.channels;
-  g.in_h = w.in_size[0];
-  g.in_w = w.in_size[1];
-  g.out_h = w.out_size[0];
-  g.out_w = w.out_size[1];
-  g.kernel_h = w.kernel[0];
-  g.kernel_w = w.kernel[1];
-  g.stride_h = w.strides[0];
-  g.stride_w = w.strides[1];
-  g.pad_top = w.pads_begin[0];
-  g.pad_left = w.pads_begin[1];
-  g.pad_bottom = w.pads_end[0];
-  g.pad_right = w.pads_end[1];
-  g.dilation_h = w.dilations[0];
-  g.dilation_w = w.dilations[1];
-  g.count_include_pad = p.count_include_pad;
-  const auto kind =
-      node.op_type == "MaxPool" ? kernels::PoolKind::kMax : kernels::PoolKind::kAverage;
-  return std::make_unique<PoolStep>(graph, node, kind, g, p.batch);
+  return std::make_unique<PoolStep>(graph, node, pool_kind(node), pool_geometry(p), p.batch);
 }
 
 class GlobalAveragePoolStep final : public FastStep {
@@ -657,48 +686,32 @@ class EltwiseStep final : public FastStep {
 
 std::unique_ptr<Step> make_eltwise(const graph::Graph& graph, const graph::Node& node,
                                    [[maybe_unused]] const Options& options, std::string* why_not) {
-  static const std::pair<const char*, kernels::BinaryKind> kBinary[] = {
-      {"Add", kernels::BinaryKind::kAdd},
-      {"Sub", kernels::BinaryKind::kSub},
-      {"Mul", kernels::BinaryKind::kMul},
-      {"Div", kernels::BinaryKind::kDiv}};
-  static const std::pair<const char*, kernels::UnaryKind> kUnary[] = {
-      {"Relu", kernels::UnaryKind::kRelu},       {"Clip", kernels::UnaryKind::kClip},
-      {"Sigmoid", kernels::UnaryKind::kSigmoid}, {"Tanh", kernels::UnaryKind::kTanh},
-      {"Erf", kernels::UnaryKind::kErf},         {"Exp", kernels::UnaryKind::kExp},
-      {"Sqrt", kernels::UnaryKind::kSqrt},       {"Neg", kernels::UnaryKind::kNeg}};
   const std::optional<Dims> y = dims_of(graph, node.output(0));
   if (!y) return *why_not = "shape unknown", nullptr;
   const int64_t n = y->empty() ? 1 : y->back();
   const int64_t rows = n == 0 ? 0 : numel(*y) / n;
-  for (const auto& [op, kind] : kBinary) {
-    if (node.op_type != op) continue;
+  if (const std::optional<kernels::BinaryKind> kind = binary_kind(node.op_type)) {
     const std::optional<Dims> a = dims_of(graph, node.input(0)), b = dims_of(graph, node.input(1));
     if (!a || !b || !is_f32(graph, node.input(1))) return *why_not = "not float32", nullptr;
     const auto ra = row_operand(*a, *y), rb = row_operand(*b, *y);
     if (!ra || !rb) return *why_not = "a broadcast the row kernels do not take", nullptr;
-    auto step = std::make_unique<EltwiseStep>(graph, node, fmt::format("binary-{}", op), rows, n);
+    auto step =
+        std::make_unique<EltwiseStep>(graph, node, fmt::format("binary-{}", node.op_type), rows, n);
     step->binary_ = true;
-    step->binary_kind_ = kind;
+    step->binary_kind_ = *kind;
     step->operands_ = {*ra, *rb};
     return step;
   }
-  for (const auto& [op, kind] : kUnary) {
-    if (node.op_type != op) continue;
-    auto step = std::make_unique<EltwiseStep>(graph, node, fmt::format("unary-{}", op), rows, n);
-    step->unary_kind_ = kind;
+  if (const std::optional<kernels::UnaryKind> kind = unary_kind(node.op_type)) {
+    auto step =
+        std::make_unique<EltwiseStep>(graph, node, fmt::format("unary-{}", node.op_type), rows, n);
+    step->unary_kind_ = *kind;
     step->operands_ = {kernels::RowOperand{nullptr, n, 1}};
-    if (kind == kernels::UnaryKind::kClip) {
-      // Bounds must be constants (opset 11+ inputs, or the opset 6 attributes).
-      step->lo_ = node.attr_float("min", -std::numeric_limits<float>::infinity());
-      step->hi_ = node.attr_float("max", std::numeric_limits<float>::infinity());
-      for (std::size_t i = 1; i <= 2; ++i) {
-        if (node.input(i) < 0) continue;
-        const Tensor* bound = constant_of(graph, node.input(i));
-        if (bound == nullptr || bound->numel() != 1)
-          return *why_not = "bounds not constant", nullptr;
-        (i == 1 ? step->lo_ : step->hi_) = bound->data<float>()[0];
-      }
+    if (*kind == kernels::UnaryKind::kClip) {
+      const std::optional<ClipBounds> bounds = clip_bounds(graph, node);
+      if (!bounds) return *why_not = "bounds not constant", nullptr;
+      step->lo_ = bounds->lo;
+      step->hi_ = bounds->hi;
     }
     return step;
   }

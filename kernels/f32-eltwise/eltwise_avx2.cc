@@ -1,0 +1,16 @@
+// Element-wise kernels compiled for AVX2 + FMA (ymm): see eltwise.h.
+#include "f32-eltwise/eltwise_impl.h"
+
+namespace sparsecol::kernels::detail {
+
+void binary_rows_avx2(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
+                      int64_t dst_ld, int64_t rows, int64_t n) {
+  binary_rows_impl(kind, a, b, dst, dst_ld, rows, n);
+}
+
+void unary_rows_avx2(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
+                     int64_t rows, int64_t n, float lo, float hi) {
+  unary_rows_impl(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
+}
+
+}  // namespace sparsecol::kernels::detail

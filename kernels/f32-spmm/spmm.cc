@@ -1,0 +1,252 @@
+// Packing of sparse weights, kernel selection, the reference kernel and the linear-layer driver.
+// See spmm.h.
+#include "f32-spmm/spmm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "f32-gemm/gemm.h"
+#include "sparsecol/sparsecol.h"
+
+namespace sparsecol::kernels {
+namespace {
+
+constexpr SpmmUkernel kUkernels[] = {
+#define SPARSECOL_SPMM_ENTRY(name, isa, tile) {#name, isa, tile, &name},
+    SPARSECOL_F32_SPMM_UKERNELS(SPARSECOL_SPMM_ENTRY)
+#undef SPARSECOL_SPMM_ENTRY
+};
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, message);
+}
+
+int32_t checked_offset(int64_t offset) {
+  if (offset < 0 || offset > std::numeric_limits<int32_t>::max()) {
+    invalid(
+        fmt::format("SparseMatrix: B offset {} does not fit the kernels' 32-bit offsets", offset));
+  }
+  return static_cast<int32_t>(offset);
+}
+
+}  // namespace
+
+SparseMatrix::SparseMatrix(const float* a, int64_t rows, int64_t depth, int64_t row_stride,
+                           int64_t col_stride, int64_t groups,
+                           std::span<const int64_t> b_row_offsets)
+    : rows_(rows), depth_(depth), groups_(groups) {
+  if (rows < 0 || depth < 0 || groups <= 0 || rows % groups != 0 ||
+      static_cast<int64_t>(b_row_offsets.size()) != groups * depth) {
+    invalid(fmt::format("SparseMatrix: {} rows x {} columns in {} groups with {} B row offsets",
+                        rows, depth, groups, b_row_offsets.size()));
+  }
+  if (rows * depth > std::numeric_limits<int32_t>::max()) {
+    invalid(fmt::format("SparseMatrix: {} x {} elements exceed 32-bit positions", rows, depth));
+  }
+  const int64_t rows_per_group = rows / std::max<int64_t>(groups, 1);
+  row_ptr_.reserve(static_cast<std::size_t>(rows + 1));
+  row_ptr_.push_back(0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t group = r / rows_per_group;
+    for (int64_t k = 0; k < depth; ++k) {
+      const float w = a[r * row_stride + k * col_stride];
+      if (w == 0.0f) continue;  // -0.0f too: an exact zero contributes nothing
+      const int64_t b_row = group * depth + k;
+      values_.push_back(w);
+      b_rows_.push_back(static_cast<int32_t>(b_row));
+      offsets_.push_back(checked_offset(b_row_offsets[static_cast<std::size_t>(b_row)]));
+    }
+    row_ptr_.push_back(static_cast<int32_t>(values_.size()));
+  }
+}
+
+double SparseMatrix::sparsity() const {
+  const int64_t total = rows_ * depth_;
+  return total == 0 ? 1.0 : 1.0 - static_cast<double>(nnz()) / static_cast<double>(total);
+}
+
+int64_t SparseMatrix::packed_bytes() const {
+  return static_cast<int64_t>(values_.size() * sizeof(float) + offsets_.size() * sizeof(int32_t) +
+                              row_ptr_.size() * sizeof(int32_t));
+}
+
+void SparseMatrix::offsets_for(std::span<const int64_t> b_row_offsets,
+                               std::vector<int32_t>& out) const {
+  if (static_cast<int64_t>(b_row_offsets.size()) != groups_ * depth_) {
+    invalid(fmt::format("SparseMatrix::offsets_for: {} B row offsets for {} B rows",
+                        b_row_offsets.size(), groups_ * depth_));
+  }
+  out.resize(b_rows_.size());
+  for (std::size_t i = 0; i < b_rows_.size(); ++i) {
+    out[i] = checked_offset(b_row_offsets[static_cast<std::size_t>(b_rows_[i])]);
+  }
+}
+
+double zero_fraction(const float* w, int64_t count) {
+  if (count <= 0) return 1.0;
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < count; ++i) zeros += w[i] == 0.0f ? 1 : 0;
+  return static_cast<double>(zeros) / static_cast<double>(count);
+}
+
+double resolve_sparse_threshold(double option, SparseLayerKind kind) {
+  if (option >= 0.0) return option;
+  return kind == SparseLayerKind::kConv ? kConvSparseThreshold : kLinearSparseThreshold;
+}
+
+std::span<const SpmmUkernel> spmm_ukernels() { return kUkernels; }
+
+const SpmmUkernel& default_spmm_ukernel(Isa isa) {
+  for (const SpmmUkernel& u : kUkernels) {
+    if (u.isa == isa) return u;
+  }
+  return default_spmm_ukernel(Isa::kPortable);  // the list always has a portable kernel
+}
+
+void require_spmm_isa(Isa isa) {
+  if (!isa_available(isa)) {
+    invalid(fmt::format("spmm: ISA {} requested but not available here ({})", to_string(isa),
+                        isa_reason()));
+  }
+}
+
+void f32_spmm__reference(const SpmmArgs& args) {
+  const Epilogue* e = args.epilogue;
+  for (int64_t row = 0; row < args.rows; ++row) {
+    for (int64_t col = 0; col < args.n; ++col) {
+      double sum = 0.0;
+      for (int32_t j = args.row_ptr[row]; j < args.row_ptr[row + 1]; ++j) {
+        sum += static_cast<double>(args.values[j]) *
+               static_cast<double>(args.src[args.offsets[j] + col]);
+      }
+      float x = static_cast<float>(sum);
+      if (e != nullptr) {
+        if (e->row_bias != nullptr) x += e->row_bias[row];
+        if (e->col_bias != nullptr) x += e->col_bias[col];
+        x = apply_activation(e->pre_residual, x, e->clip_min, e->clip_max);
+        if (e->residual != nullptr) x += e->residual[row * e->residual_ld + col];
+        x = apply_activation(e->post_residual, x, e->clip_min, e->clip_max);
+      }
+      args.dst[row * args.ldd + col] = x;
+    }
+  }
+}
+
+void spmm(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
+          const float* src, int64_t n, float* dst, int64_t ldd, const Epilogue& epilogue, Isa isa) {
+  if (row_begin < 0 || row_end > a.rows() || row_begin > row_end) {
+    invalid(fmt::format("spmm: rows [{}, {}) of a {}-row matrix", row_begin, row_end, a.rows()));
+  }
+  if (row_begin == row_end || n <= 0) return;
+  const SpmmUkernel& ukernel = default_spmm_ukernel(std::min(isa, active_isa()));
+  SpmmArgs args;
+  args.rows = row_end - row_begin;
+  args.n = n;
+  args.row_ptr = a.row_ptr() + row_begin;
+  args.values = a.values();
+  args.offsets = offsets;
+  args.src = src;
+  args.dst = dst;
+  args.ldd = ldd;
+  args.epilogue = &epilogue;
+  ukernel.fn(args);
+}
+
+// ---- Linear layers ----
+
+namespace {
+
+std::vector<int64_t> token_block_offsets(int64_t k) {
+  std::vector<int64_t> offsets(static_cast<std::size_t>(std::max<int64_t>(k, 0)));
+  for (int64_t i = 0; i < k; ++i) offsets[static_cast<std::size_t>(i)] = i * kSpmmTokenBlock;
+  return offsets;
+}
+
+// dst[c][r] = src[r][c] for a rows x cols block: 4 x 4 blocks transposed in SSE registers
+// (x86-64-v2 baseline), scalar edges. A scalar element-by-element transpose cost a third of the
+// sparse kernel's time on BERT's 768x768 layer at 95% (bench/spmm_bench.cc).
+void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* s = src + r * lds;
+    int64_t c = 0;
+    for (; c + 4 <= cols; c += 4) {
+      __m128 a = _mm_loadu_ps(s + c), b = _mm_loadu_ps(s + lds + c);
+      __m128 e = _mm_loadu_ps(s + 2 * lds + c), f = _mm_loadu_ps(s + 3 * lds + c);
+      _MM_TRANSPOSE4_PS(a, b, e, f);
+      _mm_storeu_ps(dst + c * ldd + r, a);
+      _mm_storeu_ps(dst + (c + 1) * ldd + r, b);
+      _mm_storeu_ps(dst + (c + 2) * ldd + r, e);
+      _mm_storeu_ps(dst + (c + 3) * ldd + r, f);
+    }
+    for (; c < cols; ++c) {
+      for (int64_t i = 0; i < 4; ++i) dst[c * ldd + r + i] = s[i * lds + c];
+    }
+  }
+  for (; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  }
+}
+
+}  // namespace
+
+SparseLinear::SparseLinear(const float* w, int64_t k, int64_t n, int64_t k_stride, int64_t n_stride)
+    : weight_t_(w, n, k, n_stride, k_stride, 1, token_block_offsets(k)) {}
+
+void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t tokens,
+                   int64_t feature_begin, int64_t feature_end, float* y, int64_t ldy,
+                   const Epilogue& epilogue, std::vector<float>& scratch, Isa isa) {
+  const SparseMatrix& wt = w.weight_t();
+  if (epilogue.row_bias != nullptr) invalid("sparse_linear: the epilogue has a row bias");
+  if (feature_begin < 0 || feature_end > wt.rows() || feature_begin > feature_end) {
+    invalid(fmt::format("sparse_linear: features [{}, {}) of {}", feature_begin, feature_end,
+                        wt.rows()));
+  }
+  const int64_t features = feature_end - feature_begin, k = wt.depth();
+  if (tokens <= 0 || features == 0) return;
+  // Y^T is computed kFeatureChunk features at a time, so that the chunk (64 KiB) is still in L2
+  // when it is transposed out: a whole block of BERT's 3072-feature layer (768 KiB) was not.
+  constexpr int64_t kFeatureChunk = 256;
+  const std::size_t xt_size = static_cast<std::size_t>(k * kSpmmTokenBlock);
+  scratch.resize(xt_size + static_cast<std::size_t>(kFeatureChunk * kSpmmTokenBlock));
+  float* xt = scratch.data();
+  float* yt = xt + xt_size;
+  // The kernel applies the feature bias (a row bias of Y^T) and the activation before the
+  // residual; the residual and the activation after it are applied after transposing back,
+  // where the residual is read in its own (token-major) layout.
+  Epilogue inner;
+  inner.pre_residual = epilogue.pre_residual;
+  inner.clip_min = epilogue.clip_min;
+  inner.clip_max = epilogue.clip_max;
+  for (int64_t t0 = 0; t0 < tokens; t0 += kSpmmTokenBlock) {
+    const int64_t block = std::min(kSpmmTokenBlock, tokens - t0);
+    transpose(x + t0 * ldx, ldx, block, k, xt, kSpmmTokenBlock);
+    for (int64_t f0 = 0; f0 < features; f0 += kFeatureChunk) {
+      const int64_t chunk = std::min(kFeatureChunk, features - f0);
+      inner.row_bias = epilogue.col_bias != nullptr ? epilogue.col_bias + f0 : nullptr;
+      spmm(wt, wt.offsets(), feature_begin + f0, feature_begin + f0 + chunk, xt, block, yt,
+           kSpmmTokenBlock, inner, isa);
+      float* out = y + t0 * ldy + f0;
+      transpose(yt, kSpmmTokenBlock, chunk, block, out, ldy);
+      if (epilogue.residual == nullptr && epilogue.post_residual == Activation::kNone) continue;
+      for (int64_t t = 0; t < block; ++t) {
+        float* row = out + t * ldy;
+        const float* res = epilogue.residual != nullptr
+                               ? epilogue.residual + (t0 + t) * epilogue.residual_ld + f0
+                               : nullptr;
+        for (int64_t f = 0; f < chunk; ++f) {
+          const float v = res != nullptr ? row[f] + res[f] : row[f];
+          row[f] =
+              apply_activation(epilogue.post_residual, v, epilogue.clip_min, epilogue.clip_max);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace sparsecol::kernels

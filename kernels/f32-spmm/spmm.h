@@ -1,0 +1,181 @@
+// f32 sparse x dense matrix products: C[rows x n] = epilogue(A * B) where A is a pruned weight
+// packed once at load (CSR-like) and B is dense activations, n the vector axis (pixels of an NCHW
+// plane, or tokens of a linear layer).
+//
+// Why this shape: with unstructured sparsity the non-zeros of two output rows share no pattern,
+// so nothing is gained by holding several output rows together; what every non-zero does share
+// is the run of n outputs it feeds. A micro-kernel therefore holds one output row x a tile of
+// columns (several vectors) in registers, walks that row's non-zeros, broadcasts each weight and
+// FMAs it into the vectors loaded at `src + offset` (XNNPACK's spmm idea, MR pixels x 1
+// channel). Offsets are element offsets into B, precomputed at packing for the layout the caller
+// will hand in, so one kernel serves every lowering:
+//   - 1x1 convolution:              B row c = input plane c          (offset = c * plane_stride)
+//   - any other convolution:        over a zero-padded copy of the needed input rows, split by
+//                                   stride phase (space-to-depth, f32-conv/conv.cc), e.g. stride
+//                                   1: offset = c * plane + ky * dh * padded_w + kx * dw
+//   - linear layer / MatMul:        Y^T = W^T X^T over a transposed block of tokens
+//                                   (offset = k * kSpmmTokenBlock), see SparseLinear.
+// A kernel computes any sub-range of rows (offset the row pointers) and of columns (offset src
+// and dst), with the same Epilogue as the dense kernels: the region interface of gemm.h.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "epilogue.h"
+#include "isa.h"
+
+namespace sparsecol::kernels {
+
+// A weight matrix A [rows x depth] with its exact zeros dropped: per row, the non-zeros in
+// increasing column order (so that B is walked forward), each with its value, the B row it
+// multiplies and that row's element offset in the layout the matrix was packed for.
+// Rows may be split into `groups` equal blocks (grouped convolution): group g's column k
+// multiplies B row g * depth + k. Immutable after packing: shared by all threads.
+class SparseMatrix {
+ public:
+  // Element (r, k) of A is a[r * row_stride + k * col_stride]. `b_row_offsets` holds the element
+  // offset of every B row (groups * depth entries). Throws Error(kInvalidArgument) on bad sizes or
+  // when an offset does not fit in 32 bits.
+  SparseMatrix(const float* a, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
+               int64_t groups, std::span<const int64_t> b_row_offsets);
+
+  int64_t rows() const { return rows_; }
+  int64_t depth() const { return depth_; }
+  int64_t groups() const { return groups_; }
+  int64_t nnz() const { return static_cast<int64_t>(values_.size()); }
+  // Fraction of exact zeros of A (1 for an empty matrix).
+  double sparsity() const;
+  // Row r's non-zeros are [row_ptr()[r], row_ptr()[r + 1]) in values() and offsets().
+  const int32_t* row_ptr() const { return row_ptr_.data(); }
+  const float* values() const { return values_.data(); }
+  const int32_t* offsets() const { return offsets_.data(); }
+  // Bytes the kernels stream: values, offsets and row pointers.
+  int64_t packed_bytes() const;
+  // The offsets for another layout of B (the same B rows at other element offsets), e.g. a tile
+  // buffer with another plane stride.
+  void offsets_for(std::span<const int64_t> b_row_offsets, std::vector<int32_t>& out) const;
+
+ private:
+  int64_t rows_, depth_, groups_;
+  std::vector<int32_t> row_ptr_;  // rows + 1
+  std::vector<float> values_;     // nnz
+  std::vector<int32_t> b_rows_;   // nnz: the B row of each non-zero
+  std::vector<int32_t> offsets_;  // nnz: its element offset in the packed-for layout
+};
+
+// Fraction of exact zeros among `count` floats.
+double zero_fraction(const float* w, int64_t count);
+
+// The default sparsity at or above which a weight runs through the sparse kernels (below it the
+// dense GEMM wins), per layer kind, from bench/spmm_bench.cc on the development machine (AMD EPYC
+// Zen 3, AVX2, one thread, sparse and dense of each shape side by side, medians of 3; the machine
+// was shared, so ratios are +-20%). Dense time / sparse time:
+//  - ResNet-50 1x1 and 3x3 convolutions (12 shapes): at 50% 0.59-1.98x (7 of 12 slower), at 70%
+//    1.18-3.45x (all faster), at 80% 1.57-4.99x, at 90% 2.5-8.3x, at 95% 3.8-12.4x.
+//  - BERT-base linear layers, 128 tokens (768x768, 768x3072, 3072x768): at 50% 0.64-1.05x,
+//    at 70% 1.08-1.58x, at 80% 1.70-2.09x, at 90% 3.2-4.2x, at 95% 4.9-6.7x.
+// Both cross over between 50% and 70%: 0.7 is the lowest measured sparsity at which every shape
+// ran faster sparse.
+inline constexpr double kConvSparseThreshold = 0.7;
+inline constexpr double kLinearSparseThreshold = 0.7;
+// A threshold no weight reaches: always dense.
+inline constexpr double kAlwaysDense = 2.0;
+
+enum class SparseLayerKind { kConv, kLinear };
+// `option` (Options::sparse_threshold) when it is not negative, otherwise the default above.
+double resolve_sparse_threshold(double option, SparseLayerKind kind);
+
+// ---- The micro-kernels: the one list that selection, tests and benchmarks read ----
+
+// One call computes a whole region: `rows` output rows x `n` columns.
+struct SpmmArgs {
+  int64_t rows = 0, n = 0;
+  const int32_t* row_ptr = nullptr;  // rows + 1 entries, positions in values/offsets
+  const float* values = nullptr;
+  const int32_t* offsets = nullptr;  // element offsets from src
+  const float* src = nullptr;        // B's column 0 of the region (offsets added to it)
+  float* dst = nullptr;              // the region's first row, column 0
+  int64_t ldd = 0;
+  const Epilogue* epilogue = nullptr;  // nullptr: none; its pointers address the region's origin
+};
+
+using SpmmUkernelFn = void (*)(const SpmmArgs& args);
+
+struct SpmmUkernel {
+  const char* name;
+  Isa isa;
+  int tile;  // columns held in registers per output row
+  SpmmUkernelFn fn;
+};
+
+// name, ISA, tile (columns). Every kernel holds one output row x 8 vectors of columns in 8
+// accumulators and walks the row's non-zeros: per non-zero, one offset load, one broadcast and 8
+// FMAs with their B loads folded in (10 loads per 8 FMAs, within Zen 3's 3 loads per cycle);
+// 8 independent chains cover the FMA latency x throughput (4 cycles x 2 pipes on Zen 3 and on
+// AVX-512 cores). A wide tile matters because a row's fixed cost (its loop exit, usually a
+// mispredicted branch since rows differ in length, and the epilogue) is paid once per tile:
+// measured on ResNet-50's 1x1 64->64 at 90% (6.4 non-zeros a row), 4 vectors in two chains ran
+// at 10.7 GFLOP/s on the non-zeros, 8 vectors in one chain at 12.4, and with the weight
+// broadcast from memory and the epilogue's branches hoisted out of the vector loop at 25.9
+// (bench/spmm_bench.cc, AVX2, Zen 3). Where depth x tile exceeds L1 (ResNet-50's 1024- and
+// 2048-deep 1x1 layers), every non-zero streams its B row from L2 (32 B/cycle on Zen 3) and the
+// kernels run at ~20-25 GFLOP/s on the non-zeros, a quarter of the dense GEMM's FMA rate.
+// Column tails use fewer vectors, each summed in the same order, so results do not depend on how
+// a caller splits the columns.
+#define SPARSECOL_F32_SPMM_UKERNELS(X)         \
+  X(f32_spmm_128x1__avx512, Isa::kAvx512, 128) \
+  X(f32_spmm_64x1__avx2, Isa::kAvx2, 64)       \
+  X(f32_spmm_32x1__portable, Isa::kPortable, 32)
+
+#define SPARSECOL_DECLARE_SPMM_UKERNEL(name, isa, tile) void name(const SpmmArgs& args);
+SPARSECOL_F32_SPMM_UKERNELS(SPARSECOL_DECLARE_SPMM_UKERNEL)
+#undef SPARSECOL_DECLARE_SPMM_UKERNEL
+
+// The naive reference every kernel is tested against (double accumulation, same arguments).
+void f32_spmm__reference(const SpmmArgs& args);
+
+std::span<const SpmmUkernel> spmm_ukernels();
+// The kernel selection uses for `isa` (the first of that ISA in the list).
+const SpmmUkernel& default_spmm_ukernel(Isa isa);
+// Throws Error(kInvalidArgument) when this process cannot run `isa`.
+void require_spmm_isa(Isa isa);
+
+// C = epilogue(A * B) over rows [row_begin, row_end) of A and n columns. `offsets` are A's
+// offsets (a.offsets() or a re-mapping from offsets_for()); `dst` and the epilogue's pointers
+// address row row_begin. Single-threaded.
+void spmm(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
+          const float* src, int64_t n, float* dst, int64_t ldd, const Epilogue& epilogue,
+          Isa isa = active_isa());
+
+// ---- Linear layers: Y[T x N] = epilogue(X[T x K] * W[K x N]) with W constant and pruned ----
+
+// Tokens are the vector axis of Y^T = W^T X^T: a block of up to kSpmmTokenBlock tokens of X is
+// transposed into scratch (K rows of kSpmmTokenBlock floats: W^T's offsets are k * this), the
+// kernel computes Y^T for the block, and the block is transposed back with the epilogue applied
+// on the way out. 64 = one AVX-512 tile, two AVX2 tiles.
+inline constexpr int64_t kSpmmTokenBlock = 64;
+
+class SparseLinear {
+ public:
+  // W's element (k, n) is w[k * k_stride + n * n_stride] (MatMul's B: k_stride = N, n_stride = 1;
+  // Gemm's B with transB: k_stride = 1, n_stride = K).
+  SparseLinear(const float* w, int64_t k, int64_t n, int64_t k_stride, int64_t n_stride);
+  int64_t depth() const { return weight_t_.depth(); }
+  int64_t features() const { return weight_t_.rows(); }
+  const SparseMatrix& weight_t() const { return weight_t_; }
+
+ private:
+  SparseMatrix weight_t_;  // W^T [N x K]
+};
+
+// Features [feature_begin, feature_end) of tokens [0, tokens): x is token 0's row (ldx apart),
+// y and the epilogue's pointers address (token 0, feature_begin); the epilogue's col_bias is per
+// feature and row_bias must be null. y must not overlap x or the residual (the result is
+// transposed into y before the residual is added). Single-threaded; `scratch` grows as needed.
+void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t tokens,
+                   int64_t feature_begin, int64_t feature_end, float* y, int64_t ldy,
+                   const Epilogue& epilogue, std::vector<float>& scratch, Isa isa = active_isa());
+
+}  // namespace sparsecol::kernels

@@ -1,0 +1,225 @@
+// The spmm micro-kernel body, compiled once per ISA by spmm_avx512.cc, spmm_avx2.cc and
+// spmm_portable.cc: GCC generic vectors of 16, 8 or 4 floats (zmm, ymm, xmm), so that the
+// portable path every machine can test runs the logic the vector paths run. Everything lives in
+// an anonymous namespace: each translation unit gets its own copy built with its own flags, so
+// the linker can never hand one ISA's caller another ISA's body. Include only from .cc files.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "f32-gemm/ukernels.h"  // kErfP, kErfQ, kErfClamp: the GELU the dense kernels use
+#include "f32-spmm/spmm.h"
+
+namespace sparsecol::kernels {
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int64_t kLanes = 16;
+#elif defined(__AVX2__)
+constexpr int64_t kLanes = 8;
+#else
+constexpr int64_t kLanes = 4;
+#endif
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+// Vectors per tile: 8, one accumulator each (see SPARSECOL_F32_SPMM_UKERNELS).
+constexpr int kTileVecs = 8;
+constexpr int64_t kTile = kTileVecs * kLanes;
+
+inline Vec splat(float x) { return Vec{} + x; }
+// *p in every lane, straight from memory (vbroadcastss m32): splat() of a loaded float compiles
+// to an add and a register broadcast on the kernels' critical path of issued uops.
+inline Vec broadcast(const float* p) {
+#if defined(__AVX512F__)
+  return _mm512_set1_ps(*p);
+#elif defined(__AVX2__)
+  return _mm256_broadcast_ss(p);
+#else
+  return _mm_load1_ps(p);
+#endif
+}
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+
+// The first `count` lanes (0 < count < kLanes) from p, zeros elsewhere, never touching memory
+// past them (masked loads do not fault on masked-off lanes).
+inline Vec load_partial(const float* p, int64_t count) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), p);
+#elif defined(__AVX2__)
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_maskload_ps(p, mask);
+#else
+  Vec v = {};
+  std::memcpy(&v, p, static_cast<std::size_t>(count) * sizeof(float));
+  return v;
+#endif
+}
+inline void store_partial(float* p, Vec v, int64_t count) {
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
+#elif defined(__AVX2__)
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  _mm256_maskstore_ps(p, mask, v);
+#else
+  std::memcpy(p, &v, static_cast<std::size_t>(count) * sizeof(float));
+#endif
+}
+
+// a * b + c, fused where the ISA has FMA (ISO C++ mode never contracts a * b + c by itself).
+inline Vec fmadd(Vec a, Vec b, Vec c) {
+#if defined(__AVX512F__)
+  return _mm512_fmadd_ps(a, b, c);
+#elif defined(__AVX2__)
+  return _mm256_fmadd_ps(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
+inline Vec vmin(Vec a, Vec b) { return a < b ? a : b; }
+
+// GELU with the dense kernels' erf approximation (f32-gemm/ukernels.h, |error| <= 4.5e-7).
+inline Vec vgelu(Vec x) {
+  const Vec z = x * 0.70710678118654752f;
+  const Vec zc = vmin(vmax(z, splat(-kErfClamp)), splat(kErfClamp));
+  const Vec t = zc * zc;
+  Vec p = splat(kErfP[5]), q = splat(kErfQ[5]);
+  for (int i = 4; i >= 0; --i) {
+    p = fmadd(p, t, splat(kErfP[i]));
+    q = fmadd(q, t, splat(kErfQ[i]));
+  }
+  return 0.5f * x * (1.0f + zc * p / q);
+}
+
+// `act` on every vector of a tile; the switch is outside the loop so that a row pays one branch
+// per activation, not one per vector (a row of a 90%-sparse 64-channel layer has only ~6
+// non-zeros: its fixed costs matter).
+template <int kVecs>
+inline void activate_tile(Activation act, Vec (&x)[kVecs], const Epilogue& e) {
+  switch (act) {
+    case Activation::kNone:
+      return;
+    case Activation::kRelu:
+#pragma GCC unroll 8
+      for (int v = 0; v < kVecs; ++v) x[v] = vmax(x[v], splat(0.0f));
+      return;
+    case Activation::kClip:
+#pragma GCC unroll 8
+      for (int v = 0; v < kVecs; ++v) x[v] = vmin(vmax(x[v], splat(e.clip_min)), splat(e.clip_max));
+      return;
+    case Activation::kGelu:
+      for (int v = 0; v < kVecs; ++v) x[v] = vgelu(x[v]);
+      return;
+  }
+}
+
+// Loads vector v of a tile whose last vector holds `tail` valid lanes (0: full).
+template <int kVecs>
+inline Vec tile_load(const float* p, int v, int64_t tail) {
+  return v == kVecs - 1 && tail != 0 ? load_partial(p + v * kLanes, tail) : load(p + v * kLanes);
+}
+
+// out = post(residual + pre(acc + row_bias + col_bias)) on one row's tile of accumulators.
+template <int kVecs>
+inline void apply_epilogue(Vec (&acc)[kVecs], const Epilogue& e, int64_t row, int64_t col,
+                           int64_t tail) {
+  if (e.row_bias != nullptr) {
+    const Vec bias = broadcast(e.row_bias + row);
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) acc[v] += bias;
+  }
+  if (e.col_bias != nullptr) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) acc[v] += tile_load<kVecs>(e.col_bias + col, v, tail);
+  }
+  activate_tile(e.pre_residual, acc, e);
+  if (e.residual != nullptr) {
+    const float* residual = e.residual + row * e.residual_ld + col;
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) acc[v] += tile_load<kVecs>(residual, v, tail);
+  }
+  activate_tile(e.post_residual, acc, e);
+}
+
+// Columns [col, col + count) of every row, (kVecs - 1) * kLanes < count <= kVecs * kLanes.
+// Each output element is one chain of FMAs over its row's non-zeros in order: the same order in
+// every tile width, so results do not depend on where a caller splits the columns.
+template <int kVecs>
+inline void spmm_tile(const SpmmArgs& args, int64_t col, int64_t count) {
+  const int64_t tail = count % kLanes;
+  const float* src = args.src + col;
+  const Epilogue* e = args.epilogue;
+  for (int64_t row = 0; row < args.rows; ++row) {
+    Vec acc[kVecs];
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) acc[v] = Vec{};
+    const int64_t begin = args.row_ptr[row], end = args.row_ptr[row + 1];
+    if (tail == 0) {
+      for (int64_t j = begin; j < end; ++j) {
+        const float* p = src + args.offsets[j];
+        const Vec w = broadcast(args.values + j);
+#pragma GCC unroll 8
+        for (int v = 0; v < kVecs; ++v) acc[v] = fmadd(w, load(p + v * kLanes), acc[v]);
+      }
+    } else {
+      for (int64_t j = begin; j < end; ++j) {
+        const float* p = src + args.offsets[j];
+        const Vec w = broadcast(args.values + j);
+#pragma GCC unroll 8
+        for (int v = 0; v < kVecs; ++v) acc[v] = fmadd(w, tile_load<kVecs>(p, v, tail), acc[v]);
+      }
+    }
+
+    if (e != nullptr) apply_epilogue<kVecs>(acc, *e, row, col, tail);
+    float* dst = args.dst + row * args.ldd + col;
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) {
+      if (v == kVecs - 1 && tail != 0) {
+        store_partial(dst + v * kLanes, acc[v], tail);
+      } else {
+        store(dst + v * kLanes, acc[v]);
+      }
+    }
+  }
+}
+
+// The whole region: full tiles, then one narrower tile for the column tail. The loop over
+// columns is outside the loop over rows, so the B columns of a tile stay in cache while every
+// row's non-zeros stream past them.
+inline void spmm_region(const SpmmArgs& args) {
+  int64_t col = 0;
+  for (; col + kTile <= args.n; col += kTile) spmm_tile<kTileVecs>(args, col, kTile);
+  const int64_t left = args.n - col;
+  if (left <= 0) return;
+  switch ((left + kLanes - 1) / kLanes) {
+    case 1:
+      return spmm_tile<1>(args, col, left);
+    case 2:
+      return spmm_tile<2>(args, col, left);
+    case 3:
+      return spmm_tile<3>(args, col, left);
+    case 4:
+      return spmm_tile<4>(args, col, left);
+    case 5:
+      return spmm_tile<5>(args, col, left);
+    case 6:
+      return spmm_tile<6>(args, col, left);
+    case 7:
+      return spmm_tile<7>(args, col, left);
+    default:
+      return spmm_tile<8>(args, col, left);
+  }
+}
+
+}  // namespace
+}  // namespace sparsecol::kernels

@@ -1,0 +1,532 @@
+#include "plan/tile_plan.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "f32-conv/conv.h"
+#include "graph/op_params.h"
+#include "plan/memory_plan.h"
+
+namespace sparsecol::plan {
+
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+// The convolution kernel's im2col works on chunks of kernels::kIm2colBudgetFloats: its scratch
+// does not grow with the tile's height beyond that (but for very deep layers, see conv.h).
+constexpr int64_t kIm2colScratchCap = kernels::kIm2colBudgetFloats * int64_t{sizeof(float)};
+constexpr int64_t kMinTilePixels = 64;
+
+const graph::Value& value_of(const graph::Graph& graph, int id) {
+  return graph.values[static_cast<std::size_t>(id)];
+}
+
+std::optional<Dims> dims_of(const graph::Graph& graph, int id) {
+  if (id < 0) return std::nullopt;
+  const graph::Value& v = value_of(graph, id);
+  if (!v.shape || !v.dtype_known) return std::nullopt;
+  return graph::concrete(*v.shape);
+}
+
+bool is_f32(const graph::Graph& graph, int id) {
+  return id >= 0 && value_of(graph, id).dtype == DType::kFloat32;
+}
+
+bool is_constant(const graph::Graph& graph, int id) {
+  return id >= 0 && value_of(graph, id).constant.has_value();
+}
+
+int64_t numel(const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+int64_t bytes_of(const graph::Graph& graph, int id) {
+  const std::optional<Dims> d = dims_of(graph, id);
+  return d ? numel(*d) * static_cast<int64_t>(dtype_size(value_of(graph, id).dtype)) : 0;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Reshape & co. move no bytes (the executors run them as views).
+bool is_view(const graph::Node& node) {
+  static const char* const kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+  return std::any_of(std::begin(kViews), std::end(kViews),
+                     [&](const char* op) { return node.op_type == op; });
+}
+
+// How an operand of an element-wise op (or of a fused Add) on a [N, C, H, W] output is read on
+// a tile: row by row (same shape), not at all (a constant scalar or per-channel vector), or not
+// in a form the tile kernels take.
+std::optional<RowMap> operand_map(const graph::Graph& graph, int operand, const Dims& out) {
+  const std::optional<Dims> d = dims_of(graph, operand);
+  if (!d || !is_f32(graph, operand)) return std::nullopt;
+  if (is_constant(graph, operand)) {
+    const int64_t n = numel(*d);
+    const bool per_channel = n == out[1] && graph::broadcasts_to(*d, out) && d->size() >= 3 &&
+                             (*d)[d->size() - 3] == out[1];
+    if (n == 1 || per_channel) return RowMap{};
+    return std::nullopt;
+  }
+  if (*d == out) return RowMap{RowMap::Kind::kSame};
+  return std::nullopt;
+}
+
+RowMap window_map(const graph::WindowParams& w) {
+  return RowMap{RowMap::Kind::kWindow, w.kernel[0],     w.strides[0],
+                w.dilations[0],        w.pads_begin[0], w.in_size[0]};
+}
+
+bool is_unary(const std::string& op) {
+  static const char* const kUnary[] = {"Relu", "Clip", "Sigmoid", "Tanh",
+                                       "Erf",  "Exp",  "Sqrt",    "Neg"};
+  return std::any_of(std::begin(kUnary), std::end(kUnary), [&](const char* u) { return op == u; });
+}
+
+bool is_binary(const std::string& op) {
+  return op == "Add" || op == "Sub" || op == "Mul" || op == "Div";
+}
+
+// What layout_column needs of the graph beyond the ops, computed once per plan.
+struct GraphFacts {
+  std::vector<std::vector<int>> consumers;  // value -> nodes
+  std::vector<bool> is_graph_output;        // per value
+};
+
+GraphFacts graph_facts(const graph::Graph& graph) {
+  GraphFacts facts{graph.consumers(), std::vector<bool>(graph.values.size(), false)};
+  for (int v : graph.outputs) facts.is_graph_output[static_cast<std::size_t>(v)] = true;
+  return facts;
+}
+
+std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
+                             std::vector<TileOp> ops, int64_t tile_rows) {
+  if (ops.empty()) return std::nullopt;
+  const auto m = static_cast<int>(ops.size());
+  const int first_node = ops.front().node, last_node = ops.back().node;
+  // producer[v]: the op of this column that writes value v.
+  auto producer = [&](int v) {
+    for (int i = 0; i < m; ++i) {
+      if (ops[static_cast<std::size_t>(i)].output == v) return i;
+    }
+    return -1;
+  };
+  // source[i][j]: the op of this column that writes input j of op i, or -1.
+  std::vector<std::vector<int>> source(static_cast<std::size_t>(m));
+  for (int i = 0; i < m; ++i) {
+    const graph::Node& node =
+        graph.nodes[static_cast<std::size_t>(ops[static_cast<std::size_t>(i)].node)];
+    for (int v : node.inputs)
+      source[static_cast<std::size_t>(i)].push_back(v >= 0 ? producer(v) : -1);
+  }
+  Column c;
+  c.batch = ops.front().batch;
+  std::vector<int> last_reader(static_cast<std::size_t>(m), -1);  // within the column
+  std::vector<bool> escapes(static_cast<std::size_t>(m), false);
+  for (int i = 0; i < m; ++i) {
+    const TileOp& op = ops[static_cast<std::size_t>(i)];
+    if (op.batch != c.batch) return std::nullopt;
+    const graph::Node& node = graph.nodes[static_cast<std::size_t>(op.node)];
+    for (int v : node.inputs) {
+      if (v < 0 || is_constant(graph, v)) continue;
+      const int k = producer(v);
+      if (k >= 0) {
+        last_reader[static_cast<std::size_t>(k)] = i;
+      } else if (std::find(c.inputs.begin(), c.inputs.end(), v) == c.inputs.end()) {
+        c.inputs.push_back(v);
+      }
+    }
+    const auto v = static_cast<std::size_t>(op.output);
+    escapes[static_cast<std::size_t>(i)] =
+        i == m - 1 || facts.is_graph_output[v] ||
+        std::any_of(facts.consumers[v].begin(), facts.consumers[v].end(),
+                    [&](int reader) { return reader < first_node || reader > last_node; });
+  }
+  // Every intermediate must be read inside the column: its rows per tile follow from its
+  // readers' (an unread one would fall wholly to the last tile).
+  for (int i = 0; i + 1 < m; ++i) {
+    if (last_reader[static_cast<std::size_t>(i)] < 0) return std::nullopt;
+  }
+
+  const int64_t height = ops.back().rows;
+  c.tile_rows = std::clamp<int64_t>(tile_rows, 1, height);
+  c.tiles_per_image = ceil_div(height, c.tile_rows);
+  const auto tiles = static_cast<std::size_t>(c.tiles_per_image);
+
+  // Rows each op computes for tile t: the anchor's row block, then backwards through the
+  // column, each op's input rows from the tile algebra; `own` (when given) adds the rows an
+  // output op writes to memory.
+  auto propagate = [&](std::size_t t, const std::vector<std::vector<RowRange>>* own) {
+    std::vector<RowRange> need(static_cast<std::size_t>(m));
+    const auto begin = static_cast<int64_t>(t) * c.tile_rows;
+    need.back() = {begin, std::min(height, begin + c.tile_rows)};
+    for (int i = m - 1; i >= 0; --i) {
+      const TileOp& op = ops[static_cast<std::size_t>(i)];
+      if (own != nullptr) {
+        need[static_cast<std::size_t>(i)] =
+            hull(need[static_cast<std::size_t>(i)], (*own)[t][static_cast<std::size_t>(i)]);
+      }
+      const std::vector<int>& from = source[static_cast<std::size_t>(i)];
+      for (std::size_t j = 0; j < from.size(); ++j) {
+        const int k = from[j];
+        if (k < 0) continue;
+        need[static_cast<std::size_t>(k)] =
+            hull(need[static_cast<std::size_t>(k)],
+                 op.inputs[j].input_rows(need[static_cast<std::size_t>(i)]));
+      }
+    }
+    return need;
+  };
+  std::vector<std::vector<RowRange>> base(tiles);
+  for (std::size_t t = 0; t < tiles; ++t) base[t] = propagate(t, nullptr);
+  // An output op's own rows: from where tile t's readers start to where tile t+1's start, so
+  // that the tiles' own rows partition the tensor (starts are monotone in t).
+  c.own.assign(tiles, std::vector<RowRange>(static_cast<std::size_t>(m)));
+  for (int i = 0; i < m; ++i) {
+    if (!escapes[static_cast<std::size_t>(i)]) continue;
+    std::vector<int64_t> start(tiles + 1, 0);
+    for (std::size_t t = 1; t < tiles; ++t) {
+      const RowRange r = base[t][static_cast<std::size_t>(i)];
+      start[t] = std::max(start[t - 1], r.empty() ? start[t - 1] : r.begin);
+    }
+    start[tiles] = ops[static_cast<std::size_t>(i)].rows;
+    for (std::size_t t = 0; t < tiles; ++t) {
+      c.own[t][static_cast<std::size_t>(i)] = {start[t], std::max(start[t], start[t + 1])};
+    }
+  }
+  c.rows.resize(tiles);
+  for (std::size_t t = 0; t < tiles; ++t) c.rows[t] = propagate(t, &c.own);
+
+  // Tile buffers (all but the anchor's) in one per-thread arena, planned like the layer-by-layer
+  // arena with the column's op index as the step; plus the largest kernel scratch.
+  std::vector<BufferRequest> requests;
+  int64_t useful = 0, computed = 0;
+  for (int i = 0; i < m; ++i) {
+    const TileOp& op = ops[static_cast<std::size_t>(i)];
+    int64_t max_rows = 0;
+    for (std::size_t t = 0; t < tiles; ++t) {
+      const int64_t r = c.rows[t][static_cast<std::size_t>(i)].size();
+      max_rows = std::max(max_rows, r);
+      computed += r * op.channels * op.width;
+    }
+    useful += op.rows * op.channels * op.width;
+    c.scratch_bytes =
+        std::max(c.scratch_bytes, std::min(kIm2colScratchCap, op.scratch_bytes_per_row * max_rows));
+    c.weight_bytes += op.weight_bytes;
+    const int64_t tensor_bytes = op.batch * op.rows * op.row_bytes();
+    (escapes[static_cast<std::size_t>(i)] ? c.bytes_to_memory : c.bytes_in_cache) += tensor_bytes;
+    if (escapes[static_cast<std::size_t>(i)]) c.outputs.push_back(op.output);
+    if (i + 1 < m) requests.push_back({max_rows * op.row_bytes(), i, last_reader[i]});
+  }
+  std::rotate(c.outputs.rbegin(), c.outputs.rbegin() + 1, c.outputs.rend());  // anchor first
+  const MemoryPlan arena = plan_memory(requests);
+  c.arena_bytes = arena.arena_size;
+  c.buffer_offset = arena.offsets;
+  c.buffer_offset.push_back(-1);
+  c.working_set_bytes = c.arena_bytes + c.scratch_bytes + c.weight_bytes;  // all resident
+  c.halo_overhead = useful > 0 ? static_cast<double>(computed - useful) / useful : 0.0;
+  c.ops = std::move(ops);
+  return c;
+}
+
+// The weights stay in L2 beside the tile buffers when all fit. Otherwise they are streamed from
+// the shared L3 on every tile (all threads read the same ones), which still keeps the
+// intermediates in L2 as long as the weights fit half the shared cache; with tiles of at least
+// kMinTilePixels pixels each weight read from L3 feeds 64+ FMAs, far above what L3 bandwidth
+// limits (~30 GB/s per core on current x86: ~500 GFMA/s at 64 FMAs per 4-byte weight).
+void size_working_set(Column& c, const PlanOptions& options) {
+  const int64_t activations = c.arena_bytes + c.scratch_bytes;
+  c.weights_streamed = activations + c.weight_bytes > options.cache_budget_bytes;
+  c.working_set_bytes = activations + (c.weights_streamed ? 0 : c.weight_bytes);
+}
+
+bool fits(const Column& c, const PlanOptions& options) {
+  const bool weights_fit = !c.weights_streamed || c.weight_bytes <= options.shared_cache_bytes / 2;
+  return weights_fit && c.working_set_bytes <= options.cache_budget_bytes;
+}
+
+// The column of `ops` at the tallest tile that fits the budget, or nullopt when it is no valid
+// column, fits at no height, or recomputes too much.
+std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& facts,
+                                  const std::vector<TileOp>& ops, const PlanOptions& options,
+                                  bool* valid) {
+  const int64_t height = ops.back().rows, batch = ops.back().batch;
+  // Enough tiles for every thread even at batch 1 (twice as many, for balance), while a batch
+  // that has as many images as threads is tiled for the cache alone.
+  const int64_t min_tiles =
+      std::min(height, ceil_div(2 * static_cast<int64_t>(std::max(1, options.threads)),
+                                std::max<int64_t>(1, batch)));
+  const int64_t cap = ceil_div(height, std::max<int64_t>(1, min_tiles));
+  // A GEMM on fewer pixels than its kernel's tile wastes most of its time on edges (the conv
+  // kernel's own minimum chunk is 64 pixels, kernels/f32-conv): tiles are at least that wide
+  // unless the threads need more tiles.
+  const int64_t min_rows = std::min(cap, ceil_div(kMinTilePixels, ops.back().width));
+  std::optional<Column> best = layout(graph, facts, ops, min_rows);
+  *valid = best.has_value();
+  if (best) size_working_set(*best, options);
+  if (!best || !fits(*best, options)) return std::nullopt;
+  // The working set grows with the tile height: binary search for the tallest that fits.
+  int64_t lo = min_rows, hi = cap;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    std::optional<Column> c = layout(graph, facts, ops, mid);
+    if (c) size_working_set(*c, options);
+    if (c && fits(*c, options)) {
+      lo = mid;
+      best = std::move(c);
+    } else {
+      hi = mid - 1;
+    }
+  }
+  if (best->tile_rows != lo) {
+    best = layout(graph, facts, ops, lo);
+    size_working_set(*best, options);
+  }
+  if (ops.size() > 1 && best->halo_overhead > options.max_halo_overhead) return std::nullopt;
+  return best;
+}
+
+std::string kib(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  return fmt::format("{:.1f} KiB", bytes / 1024.0);
+}
+
+std::string op_label(const graph::Node& node) {
+  std::string label = node.op_type;
+  for (const graph::EpilogueOp& e : node.epilogue) label += std::string("+") + to_string(e.kind);
+  return label;
+}
+
+}  // namespace
+
+RowRange hull(RowRange a, RowRange b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return {std::min(a.begin, b.begin), std::max(a.end, b.end)};
+}
+
+RowRange RowMap::input_rows(RowRange out) const {
+  if (out.empty() || kind == Kind::kNone) return {};
+  if (kind == Kind::kSame) return out;
+  const int64_t lo = out.begin * stride - pad_top;
+  const int64_t hi = (out.end - 1) * stride - pad_top + (kernel - 1) * dilation + 1;
+  const int64_t first = std::clamp<int64_t>(lo, 0, in_rows);
+  return {first, std::clamp<int64_t>(hi, first, in_rows)};
+}
+
+bool Column::is_output(int op) const {
+  return std::find(outputs.begin(), outputs.end(), ops[static_cast<std::size_t>(op)].output) !=
+         outputs.end();
+}
+
+std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index,
+                                   std::string* why_not) {
+  const graph::Node& node = graph.nodes[static_cast<std::size_t>(node_index)];
+  auto refuse = [&](const char* why) -> std::optional<TileOp> {
+    *why_not = why;
+    return std::nullopt;
+  };
+  if (!node.domain.empty()) return refuse("not the default domain");
+  if (node.outputs.empty() || node.outputs[0] < 0) return refuse("no output");
+  for (std::size_t i = 1; i < node.outputs.size(); ++i) {
+    if (node.outputs[i] >= 0) return refuse("a second output");
+  }
+  const std::optional<Dims> y = dims_of(graph, node.outputs[0]);
+  if (!y || y->size() != 4 || !is_f32(graph, node.outputs[0])) {
+    return refuse("the output is not a float32 NCHW tensor");
+  }
+  TileOp op;
+  op.node = node_index;
+  op.output = node.outputs[0];
+  op.batch = (*y)[0];
+  op.channels = (*y)[1];
+  op.rows = (*y)[2];
+  op.width = (*y)[3];
+  op.inputs.assign(node.inputs.size(), RowMap{});
+  const std::optional<Dims> x = dims_of(graph, node.input(0));
+  if (!x || x->size() != 4 || !is_f32(graph, node.input(0)) || (*x)[0] != op.batch) {
+    return refuse("input 0 is not a float32 NCHW tensor of the output's batch");
+  }
+  if (node.op_type == "Conv") {
+    const int w = node.input(1), b = node.input(2);
+    if (!is_constant(graph, w) || !is_f32(graph, w) ||
+        (b >= 0 && (!is_constant(graph, b) || !is_f32(graph, b)))) {
+      return refuse("weights or bias are not float32 constants");
+    }
+    const Dims w_dims = *dims_of(graph, w);
+    const graph::ConvParams p = graph::parse_conv(
+        graph, node, *x, w_dims, b >= 0 ? dims_of(graph, b) : std::optional<Dims>{});
+    op.inputs[0] = window_map(p.window);
+    op.weight_bytes = bytes_of(graph, w) + (b >= 0 ? bytes_of(graph, b) : 0);
+    const bool depthwise = p.group == p.in_channels && p.group == p.out_channels;
+    const bool pointwise = numel(p.window.kernel) == 1 && numel(p.window.strides) == 1 &&
+                           p.window.pads_begin[0] == 0 && p.window.pads_begin[1] == 0;
+    if (depthwise) {
+      // One channel's padded input rows at a time (kernels/f32-dwconv).
+      op.scratch_bytes_per_row = p.window.strides[0] * (p.window.in_size[1] + 2 * 8) * 4;
+    } else if (!pointwise) {
+      // im2col: the group's input channels x taps for every output pixel of the row.
+      op.scratch_bytes_per_row = p.in_channels / p.group * numel(p.window.kernel) * op.width * 4;
+    }
+  } else if (node.op_type == "MaxPool" || node.op_type == "AveragePool") {
+    const graph::PoolParams p = graph::parse_pool(graph, node, *x);
+    op.inputs[0] = window_map(p.window);
+    op.scratch_bytes_per_row = p.window.strides[0] * (p.window.in_size[1] + 2 * 8) * 4;
+  } else if (is_unary(node.op_type)) {
+    if (*x != *y) return refuse("input and output shapes differ");
+    op.inputs[0] = RowMap{RowMap::Kind::kSame};
+    for (std::size_t i = 1; i < node.own_input_count(); ++i) {  // Clip's bounds
+      if (node.inputs[i] >= 0 && !is_constant(graph, node.inputs[i])) {
+        return refuse("Clip bounds are not constants");
+      }
+    }
+  } else if (is_binary(node.op_type)) {
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::optional<RowMap> map = operand_map(graph, node.input(i), *y);
+      if (!map) return refuse("a broadcast the tile kernels do not take");
+      op.inputs[i] = *map;
+    }
+    if (op.inputs[0].kind != RowMap::Kind::kSame) return refuse("input 0 is a broadcast constant");
+  } else {
+    return refuse("needs the whole tensor (no tile kernel for this op)");
+  }
+  for (const graph::EpilogueOp& e : node.epilogue) {
+    if (e.kind != graph::EpilogueOp::Kind::kAdd) continue;
+    const int operand = e.input >= 0 && static_cast<std::size_t>(e.input) < node.inputs.size()
+                            ? node.inputs[e.input]
+                            : -1;
+    const std::optional<RowMap> map = operand_map(graph, operand, *y);
+    if (!map) return refuse("a fused Add whose operand the tile kernels do not take");
+    op.inputs[static_cast<std::size_t>(e.input)] = *map;
+  }
+  return op;
+}
+
+std::optional<Column> layout_column(const graph::Graph& graph, std::vector<TileOp> ops,
+                                    int64_t tile_rows) {
+  return layout(graph, graph_facts(graph), std::move(ops), tile_rows);
+}
+
+TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
+  TilePlan plan;
+  plan.options = options;
+  const std::size_t n = graph.nodes.size();
+  plan.column_of.assign(n, -1);
+  plan.why_whole.assign(n, "");
+  const GraphFacts facts = graph_facts(graph);
+  std::vector<std::optional<TileOp>> tile_ops(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    tile_ops[i] = make_tile_op(graph, static_cast<int>(i), &plan.why_whole[i]);
+  }
+  for (std::size_t i = 0; i < n;) {
+    if (!tile_ops[i]) {
+      ++i;
+      continue;
+    }
+    // The longest column that fits, and the longest with one output only (it ends where a
+    // block ends: nothing but its last value is read after it).
+    std::optional<Column> best, best_single;
+    std::vector<TileOp> ops;
+    for (std::size_t end = i;
+         end < n && tile_ops[end] && ops.size() < static_cast<std::size_t>(options.max_column_ops);
+         ++end) {
+      ops.push_back(*tile_ops[end]);
+      bool valid = false;
+      std::optional<Column> c = choose_tile(graph, facts, ops, options, &valid);
+      if (c) {
+        if (c->outputs.size() == 1) best_single = c;
+        best = std::move(c);
+      } else if (valid) {
+        break;  // a valid column that does not fit: a longer one fits even less
+      }
+    }
+    if (!best) {
+      plan.why_whole[i] =
+          fmt::format("its working set exceeds the cache budget even alone ({} of weights)",
+                      kib(tile_ops[i]->weight_bytes));
+      ++i;
+      continue;
+    }
+    // Unless it is much shorter: then the extra output costs less than the extra column.
+    if (best_single && 2 * best_single->ops.size() >= best->ops.size()) best = best_single;
+    if (options.tile_rows > 0) {
+      best = layout(graph, facts, std::move(best->ops), options.tile_rows);
+      size_working_set(*best, options);
+    }
+    for (const TileOp& op : best->ops) {
+      plan.column_of[static_cast<std::size_t>(op.node)] = static_cast<int>(plan.columns.size());
+      plan.why_whole[static_cast<std::size_t>(op.node)].clear();
+    }
+    i = static_cast<std::size_t>(best->ops.back().node) + 1;
+    plan.columns.push_back(std::move(*best));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const graph::Node& node = graph.nodes[i];
+    if (is_view(node)) continue;
+    int64_t written = 0;
+    for (int v : node.outputs) written += v >= 0 ? bytes_of(graph, v) : 0;
+    plan.layerwise_bytes += written;
+    if (plan.column_of[i] < 0) plan.depthwise_bytes += written;
+  }
+  for (const Column& c : plan.columns) plan.depthwise_bytes += c.bytes_to_memory;
+  return plan;
+}
+
+std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
+  const PlanOptions& o = plan.options;
+  std::string out = fmt::format(
+      "depth-wise plan: cache budget {} per core, {} threads{}{}\n", kib(o.cache_budget_bytes),
+      o.threads, o.shared_cache_bytes > 0 ? ", shared cache " + kib(o.shared_cache_bytes) : "",
+      o.tile_rows > 0 ? fmt::format(", tile height forced to {} rows", o.tile_rows) : "");
+  int64_t kept = 0;
+  for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+    const graph::Node& node = graph.nodes[i];
+    const int col = plan.column_of[i];
+    if (col < 0) {
+      out += fmt::format("  whole   {} '{}': {}\n", op_label(node), node.name,
+                         is_view(node) ? "a view (no bytes moved)" : plan.why_whole[i]);
+      continue;
+    }
+    const Column& c = plan.columns[static_cast<std::size_t>(col)];
+    if (c.ops.front().node != static_cast<int>(i)) continue;
+    kept += c.bytes_in_cache;
+    out += fmt::format(
+        "  column {}: {} ops, tiles of {} of {} rows ({} per image), working set {} (tile "
+        "buffers {}, scratch {}, weights {}{}), halo overhead {:.1f}%, intermediates in cache {}, "
+        "to memory {}\n",
+        col, c.ops.size(), c.tile_rows, c.ops.back().rows, c.tiles_per_image,
+        kib(c.working_set_bytes), kib(c.arena_bytes), kib(c.scratch_bytes), kib(c.weight_bytes),
+        c.weights_streamed ? " streamed from the shared cache" : "", 100.0 * c.halo_overhead,
+        kib(c.bytes_in_cache), kib(c.bytes_to_memory));
+    for (std::size_t k = 0; k < c.ops.size(); ++k) {
+      const TileOp& op = c.ops[k];
+      int64_t rows = 0;
+      for (const auto& tile : c.rows) rows = std::max(rows, tile[k].size());
+      const graph::Node& n = graph.nodes[static_cast<std::size_t>(op.node)];
+      out += fmt::format("           {:<16} {:<28} [{}, {}, {}, {}]  up to {} rows per tile{}\n",
+                         op_label(n), "'" + n.name + "'", op.batch, op.channels, op.rows, op.width,
+                         rows, c.is_output(static_cast<int>(k)) ? ", to memory" : "");
+    }
+  }
+  const double ratio = plan.depthwise_bytes > 0
+                           ? static_cast<double>(plan.layerwise_bytes) / plan.depthwise_bytes
+                           : 0.0;
+  out += fmt::format(
+      "intermediates per run: layer by layer {} to memory; depth-wise {} to memory, {} kept in "
+      "cache ({:.1f}x fewer bytes to memory)\n",
+      kib(plan.layerwise_bytes), kib(plan.depthwise_bytes), kib(kept), ratio);
+  if (plan.columns.empty()) {
+    // Token models (BERT: [batch, tokens, features]) are not tiled yet: tiling along tokens
+    // needs the attention's whole-sequence ops to end columns, which a first version leaves out.
+    out +=
+        "no columns: every op runs whole, layer by layer (columns tile NCHW activations; token "
+        "models are not tiled yet)\n";
+  }
+  return out;
+}
+
+}  // namespace sparsecol::plan

@@ -1,0 +1,124 @@
+// The depth-wise plan: the tile algebra (which input rows an op needs for a range of its output
+// rows), the partition of a graph into tensor columns, and the working-set model that sizes each
+// column's tiles to a per-core cache budget (DESIGN.md, "The ideas that make it fast").
+//
+// A column is a run of consecutive nodes (topological order) that all work per image and per
+// row range on NCHW tensors: convolutions, pooling, element-wise ops, with their fused epilogues.
+// It may hold a sub-DAG: a residual block's skip connection is read by a later op of the same
+// column. Its tiles are row blocks of one image of the column's last output (the "anchor"); per
+// tile every op computes the rows its consumers in the column need (halos recomputed), into
+// per-thread tile buffers; only the column's outputs (the anchor, and any value read after the
+// column) are written to memory. Ops that need the whole tensor (global pooling, Gemm, MatMul,
+// Flatten, Softmax, ...) run on their own, layer by layer, between columns.
+//
+// Everything here is in graph terms (no kernels): the executor binds kernels to the plan.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace sparsecol::plan {
+
+// Rows [begin, end) of one image (of every channel).
+struct RowRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end > begin ? end - begin : 0; }
+  bool empty() const { return end <= begin; }
+  bool operator==(const RowRange&) const = default;
+};
+
+// The smallest range holding both; an empty range is the identity.
+RowRange hull(RowRange a, RowRange b);
+
+// The tile algebra of one input of an op: the input rows that a range of output rows reads.
+struct RowMap {
+  enum class Kind {
+    kNone,    // reads no rows: a constant, a per-channel or scalar broadcast, an absent input
+    kSame,    // output row r reads input row r (element-wise, 1x1 stride-1 convolution)
+    kWindow,  // a sliding window along the rows (convolution, pooling)
+  };
+  Kind kind = Kind::kNone;
+  int64_t kernel = 1, stride = 1, dilation = 1, pad_top = 0;
+  int64_t in_rows = 0;  // the input's height; kWindow clamps to [0, in_rows)
+
+  // Output rows [r0, r1) of a window read input rows
+  // [r0*stride - pad_top, (r1-1)*stride - pad_top + (kernel-1)*dilation + 1), clamped.
+  RowRange input_rows(RowRange out) const;
+};
+
+// A node that can run on a tile (one image, a range of output rows).
+struct TileOp {
+  int node = -1;               // index into graph.nodes
+  int output = -1;             // its output value
+  std::vector<RowMap> inputs;  // one per node input, epilogue operands included
+  int64_t batch = 0, channels = 0, rows = 0, width = 0;  // of the output, NCHW
+  int64_t weight_bytes = 0;                              // float constants read (weights, bias)
+  // Per-thread kernel scratch per output row (im2col columns, the padded window copies).
+  int64_t scratch_bytes_per_row = 0;
+  int64_t row_bytes() const { return channels * width * 4; }  // one output row, all channels
+};
+
+// The node as a tile op, or nullopt with `why_not` saying why it needs the whole tensor.
+std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node, std::string* why_not);
+
+struct PlanOptions {
+  int64_t cache_budget_bytes = 512 * 1024;  // one core's L2 (hwloc) unless overridden
+  int64_t shared_cache_bytes = 0;           // L3, for the report (0: unknown)
+  int64_t tile_rows = 0;                    // forced tile height of every column (0: chosen)
+  int threads = 1;
+  // A column grows only while the rows it recomputes stay below this fraction of the useful
+  // rows (halo recomputation costs FLOPs; a column that is too deep loses more than it saves).
+  double max_halo_overhead = 0.3;
+  int max_column_ops = 24;  // bounds the planner's search, far above any useful column
+};
+
+struct Column {
+  std::vector<TileOp> ops;   // consecutive nodes; ops.back() produces the anchor
+  std::vector<int> inputs;   // values read from memory (produced before, or graph inputs)
+  std::vector<int> outputs;  // values written to memory, the anchor first
+  int64_t batch = 0, tile_rows = 0, tiles_per_image = 0;
+  // rows[t][i]: rows of ops[i]'s output that tile t computes; own[t][i]: the rows tile t writes
+  // to memory (ops whose output is a column output; the tiles' own rows partition the tensor).
+  std::vector<std::vector<RowRange>> rows, own;
+  // Per-thread tile buffers: byte offset of ops[i]'s in the thread's arena, -1 for the anchor
+  // (written straight to memory); buffers whose lifetimes do not overlap share bytes.
+  std::vector<int64_t> buffer_offset;
+  int64_t arena_bytes = 0, scratch_bytes = 0, weight_bytes = 0;
+  // What one core keeps hot per tile: arena + scratch + the weights, unless they do not fit
+  // beside the rest: then they are streamed from the shared cache on every tile.
+  int64_t working_set_bytes = 0;
+  bool weights_streamed = false;
+  double halo_overhead = 0.0;    // recomputed output elements / useful ones
+  int64_t bytes_in_cache = 0;    // per run: intermediates that never leave the tile buffers
+  int64_t bytes_to_memory = 0;   // per run: the column's outputs
+  bool is_output(int op) const;  // ops[op]'s output is written to memory
+};
+
+struct TilePlan {
+  std::vector<Column> columns;
+  std::vector<int> column_of;          // per node: its column, or -1 when it runs whole
+  std::vector<std::string> why_whole;  // per node outside columns: why ("" inside)
+  PlanOptions options;
+  int64_t layerwise_bytes = 0;  // per run: every node output written to memory (views excluded)
+  int64_t depthwise_bytes = 0;  // per run: column outputs plus outputs of nodes run whole
+};
+
+// Partitions a specialized graph (every shape concrete) into columns, greedily: from each
+// tileable node, the longest run of tileable nodes that forms a valid column whose working set
+// fits the cache budget at some tile height and whose halo overhead stays under the limit.
+TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options);
+
+// Lays out one candidate column with tile height `tile_rows` (rows, ownership, buffers, working
+// set, byte counts); nullopt when it is not a valid column (an intermediate that no op of the
+// column reads, ops of different batch sizes).
+std::optional<Column> layout_column(const graph::Graph& graph, std::vector<TileOp> ops,
+                                    int64_t tile_rows);
+
+// The report `sparsecol inspect --plan` prints.
+std::string describe_plan(const graph::Graph& graph, const TilePlan& plan);
+
+}  // namespace sparsecol::plan

@@ -1,0 +1,40 @@
+// The ops of a column bound to the kernels' region interface (kernels/f32-*): each computes a
+// range of output rows of one image from PlaneViews, which point either into memory (whole
+// images, row0 = 0) or into a thread's tile buffers (only the rows the tile holds).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "f32-conv/conv.h"
+#include "graph/graph.h"
+#include "plan/tile_plan.h"
+#include "sparsecol/sparsecol.h"
+
+namespace sparsecol::runtime::depthwise {
+
+struct TileArgs {
+  // One per node input (own inputs, then epilogue operands); empty views for constants and
+  // absent inputs, which the kernel reads from the graph.
+  std::vector<kernels::PlaneView> inputs;
+  kernels::PlaneView output;
+  plan::RowRange rows;          // output rows to compute
+  std::vector<float>* scratch;  // the thread's kernel scratch, grown as needed
+};
+
+class TileKernel {
+ public:
+  virtual ~TileKernel() = default;
+  // Single-threaded: the column's tiles are the unit of parallelism.
+  virtual void run(const TileArgs& args) const = 0;
+  virtual std::string implementation() const = 0;
+};
+
+// The kernel of a tile op (plan::make_tile_op accepted it), with the user's options (a Conv's
+// weight is packed for the sparse kernels at options.sparse_threshold, as layer by layer).
+// Throws Error(kInternal) if the node is not one the planner tiles.
+std::unique_ptr<TileKernel> make_tile_kernel(const graph::Graph& graph, const plan::TileOp& op,
+                                             const Options& options);
+
+}  // namespace sparsecol::runtime::depthwise

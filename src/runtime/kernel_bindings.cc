@@ -1,0 +1,154 @@
+#include "runtime/kernel_bindings.h"
+
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace sparsecol::runtime {
+
+namespace {
+
+// The window fields ConvGeometry and PoolGeometry share (2-D: index 0 is H, 1 is W).
+template <typename Geometry>
+void set_window(const graph::WindowParams& w, Geometry& g) {
+  g.in_h = w.in_size[0];
+  g.in_w = w.in_size[1];
+  g.out_h = w.out_size[0];
+  g.out_w = w.out_size[1];
+  g.kernel_h = w.kernel[0];
+  g.kernel_w = w.kernel[1];
+  g.stride_h = w.strides[0];
+  g.stride_w = w.strides[1];
+  g.pad_top = w.pads_begin[0];
+  g.pad_left = w.pads_begin[1];
+  g.dilation_h = w.dilations[0];
+  g.dilation_w = w.dilations[1];
+}
+
+template <typename Kind, std::size_t N>
+std::optional<Kind> find_kind(const std::pair<std::string_view, Kind> (&table)[N],
+                              std::string_view op_type) {
+  for (const auto& [name, kind] : table) {
+    if (name == op_type) return kind;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+kernels::ConvGeometry conv_geometry(const graph::ConvParams& params) {
+  kernels::ConvGeometry g;
+  set_window(params.window, g);
+  g.in_c = params.in_channels;
+  g.out_c = params.out_channels;
+  g.groups = params.group;
+  return g;
+}
+
+kernels::PoolGeometry pool_geometry(const graph::PoolParams& params) {
+  kernels::PoolGeometry g;
+  set_window(params.window, g);
+  g.channels = params.channels;
+  g.pad_bottom = params.window.pads_end[0];
+  g.pad_right = params.window.pads_end[1];
+  g.count_include_pad = params.count_include_pad;
+  return g;
+}
+
+kernels::PoolKind pool_kind(const graph::Node& node) {
+  return node.op_type == "MaxPool" ? kernels::PoolKind::kMax : kernels::PoolKind::kAverage;
+}
+
+std::string pool_rows_implementation(kernels::PoolKind kind) {
+  return fmt::format("{}-pool-rows/{}", kind == kernels::PoolKind::kMax ? "max" : "avg",
+                     kernels::to_string(kernels::active_isa()));
+}
+
+std::optional<kernels::BinaryKind> binary_kind(std::string_view op_type) {
+  static constexpr std::pair<std::string_view, kernels::BinaryKind> kBinary[] = {
+      {"Add", kernels::BinaryKind::kAdd},
+      {"Sub", kernels::BinaryKind::kSub},
+      {"Mul", kernels::BinaryKind::kMul},
+      {"Div", kernels::BinaryKind::kDiv}};
+  return find_kind(kBinary, op_type);
+}
+
+std::optional<kernels::UnaryKind> unary_kind(std::string_view op_type) {
+  static constexpr std::pair<std::string_view, kernels::UnaryKind> kUnary[] = {
+      {"Relu", kernels::UnaryKind::kRelu},       {"Clip", kernels::UnaryKind::kClip},
+      {"Sigmoid", kernels::UnaryKind::kSigmoid}, {"Tanh", kernels::UnaryKind::kTanh},
+      {"Erf", kernels::UnaryKind::kErf},         {"Exp", kernels::UnaryKind::kExp},
+      {"Sqrt", kernels::UnaryKind::kSqrt},       {"Neg", kernels::UnaryKind::kNeg}};
+  return find_kind(kUnary, op_type);
+}
+
+std::optional<ClipBounds> clip_bounds(const graph::Graph& graph, const graph::Node& node) {
+  ClipBounds bounds{node.attr_float("min", -std::numeric_limits<float>::infinity()),
+                    node.attr_float("max", std::numeric_limits<float>::infinity())};
+  for (std::size_t i = 1; i <= 2; ++i) {
+    const int v = node.input(i);
+    if (v < 0) continue;
+    const auto& bound = graph.values[static_cast<std::size_t>(v)].constant;
+    if (!bound || bound->dtype() != DType::kFloat32 || bound->numel() != 1) return std::nullopt;
+    (i == 1 ? bounds.lo : bounds.hi) = bound->data<float>()[0];
+  }
+  return bounds;
+}
+
+kernels::Activation to_activation(graph::EpilogueOp::Kind kind) {
+  switch (kind) {
+    case graph::EpilogueOp::Kind::kRelu:
+      return kernels::Activation::kRelu;
+    case graph::EpilogueOp::Kind::kClip:
+      return kernels::Activation::kClip;
+    case graph::EpilogueOp::Kind::kGelu:
+      return kernels::Activation::kGelu;
+    case graph::EpilogueOp::Kind::kAdd:
+      break;
+  }
+  return kernels::Activation::kNone;
+}
+
+std::optional<FusedEpilogue> fuse_epilogue(const graph::Node& node, const AddOperandJudge& judge) {
+  FusedEpilogue fused;
+  enum Stage { kStart, kBias, kPre, kResidual, kPost } stage = kStart;
+  bool clip_used = false;
+  for (const graph::EpilogueOp& op : node.epilogue) {
+    if (op.kind == graph::EpilogueOp::Kind::kAdd) {
+      const bool known = op.input >= 0 && static_cast<std::size_t>(op.input) < node.inputs.size();
+      const AddOperandUse use = known ? judge(op.input) : AddOperandUse{};
+      if (use.bias != nullptr && stage == kStart) {
+        fused.kernel.col_bias = use.bias;
+        stage = kBias;
+      } else if (use.residual && stage <= kPre) {
+        fused.residual_input = op.input;
+        stage = kResidual;
+      } else {
+        return std::nullopt;
+      }
+      continue;
+    }
+    // The kernel has one pair of Clip bounds for both activation slots.
+    if (op.kind == graph::EpilogueOp::Kind::kClip) {
+      if (clip_used && (fused.kernel.clip_min != op.min || fused.kernel.clip_max != op.max)) {
+        return std::nullopt;
+      }
+      clip_used = true;
+      fused.kernel.clip_min = op.min;
+      fused.kernel.clip_max = op.max;
+    }
+    if (stage <= kBias) {
+      fused.kernel.pre_residual = to_activation(op.kind);
+      stage = kPre;
+    } else if (stage == kResidual) {
+      fused.kernel.post_residual = to_activation(op.kind);
+      stage = kPost;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return fused;
+}
+
+}  // namespace sparsecol::runtime

@@ -1,0 +1,63 @@
+// A graph node bound to the kernels' arguments (kernels/f32-*): the one translation that both
+// executors use, the layer-by-layer steps (layerwise/steps.cc) and the tile kernels of the
+// depth-wise schedule (depthwise/tile_kernels.cc). Each caller validates the node its own way
+// (the planner's refusals, a step's why_not) and binds run-time pointers itself.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "epilogue.h"
+#include "f32-conv/conv.h"
+#include "f32-eltwise/eltwise.h"
+#include "f32-pool/pool.h"
+#include "graph/graph.h"
+#include "graph/op_params.h"
+
+namespace sparsecol::runtime {
+
+// The geometry of a 2-D convolution (params.window of rank 2).
+kernels::ConvGeometry conv_geometry(const graph::ConvParams& params);
+
+// The geometry of a 2-D MaxPool / AveragePool (params.window of rank 2).
+kernels::PoolGeometry pool_geometry(const graph::PoolParams& params);
+kernels::PoolKind pool_kind(const graph::Node& node);          // MaxPool: kMax, else kAverage
+std::string pool_rows_implementation(kernels::PoolKind kind);  // e.g. "max-pool-rows/avx2"
+
+// The row kernels' kind of an element-wise op type ("Add", "Relu", ...), nullopt for others.
+std::optional<kernels::BinaryKind> binary_kind(std::string_view op_type);
+std::optional<kernels::UnaryKind> unary_kind(std::string_view op_type);
+
+// A Clip node's bounds: its attributes (opset 6) or its constant scalar inputs (opset 11+),
+// +-infinity where absent; nullopt when an input bound is not a float32 constant scalar.
+struct ClipBounds {
+  float lo, hi;
+};
+std::optional<ClipBounds> clip_bounds(const graph::Graph& graph, const graph::Node& node);
+
+// The kernels' activation of an epilogue op (kNone for kAdd).
+kernels::Activation to_activation(graph::EpilogueOp::Kind kind);
+
+// A node's epilogue in the kernels' fused form out = post(residual + pre(acc + col_bias)):
+// [Add of a bias] [activation] [Add of a residual] [activation], one Clip range at most.
+struct FusedEpilogue {
+  kernels::Epilogue kernel;  // col_bias set when a bias was taken; the residual is bound per run
+  int residual_input = -1;   // index into node.inputs of the residual operand, or -1
+};
+
+// What the operand of an epilogue Add (index into node.inputs) may serve as; the caller judges
+// (a constant vector along the output's last axis, a same-shape tensor in memory or on a tile).
+struct AddOperandUse {
+  const float* bias = nullptr;  // the bias values, where the operand may be the column bias
+  bool residual = false;
+};
+using AddOperandJudge = std::function<AddOperandUse(int input)>;
+
+// The fused form of node.epilogue, or nullopt when it does not fit. An Add takes the bias slot
+// when its operand may be a bias and nothing precedes it, else the residual slot when its
+// operand may be a residual and no residual or post activation precedes it.
+std::optional<FusedEpilogue> fuse_epilogue(const graph::Node& node, const AddOperandJudge& judge);
+
+}  // namespace sparsecol::runtime

@@ -1,0 +1,300 @@
+// The depth-wise planner: the tile algebra's row arithmetic, the partition into columns, and the
+// working-set model (plan/tile_plan.h).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "f32-conv/conv.h"
+#include "graph/passes.h"
+#include "graph_builder.h"
+#include "plan/tile_plan.h"
+
+namespace sparsecol::testing {
+namespace {
+
+using plan::RowMap;
+using plan::RowRange;
+
+// Window maps over random kernel, stride, dilation and padding: the rows the planner names hold
+// every input row the output rows read (brute force), and agree with the conv kernel's own
+// conv_input_rows (kernels/f32-conv), the rows the kernel will actually read.
+TEST(TileAlgebra, WindowRowsCoverEveryTapAndMatchTheConvKernel) {
+  std::mt19937 rng(7);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 2000; ++trial) {
+    RowMap map{RowMap::Kind::kWindow};
+    map.kernel = pick(1, 7);
+    map.stride = pick(1, 3);
+    map.dilation = pick(1, 3);
+    map.pad_top = pick(0, (map.kernel - 1) * map.dilation);
+    map.in_rows = pick(1, 40);
+    const int64_t pad_bottom = pick(0, (map.kernel - 1) * map.dilation);
+    const int64_t span = (map.kernel - 1) * map.dilation + 1;
+    const int64_t out_rows = (map.in_rows + map.pad_top + pad_bottom - span) / map.stride + 1;
+    if (out_rows < 1) continue;
+    const int64_t r0 = pick(0, static_cast<int>(out_rows - 1));
+    const int64_t r1 = pick(static_cast<int>(r0 + 1), static_cast<int>(out_rows));
+    const RowRange got = map.input_rows({r0, r1});
+
+    RowRange touched;
+    for (int64_t oh = r0; oh < r1; ++oh) {
+      for (int64_t ky = 0; ky < map.kernel; ++ky) {
+        const int64_t ih = oh * map.stride - map.pad_top + ky * map.dilation;
+        if (ih >= 0 && ih < map.in_rows) touched = plan::hull(touched, {ih, ih + 1});
+      }
+    }
+    const std::string what = ::testing::PrintToString(std::vector<int64_t>{
+        map.kernel, map.stride, map.dilation, map.pad_top, map.in_rows, r0, r1});
+    if (!touched.empty()) {
+      EXPECT_LE(got.begin, touched.begin) << what;
+      EXPECT_GE(got.end, touched.end) << what;
+    }
+    EXPECT_GE(got.begin, 0) << what;
+    EXPECT_LE(got.end, map.in_rows) << what;
+
+    kernels::ConvGeometry g;
+    g.in_h = map.in_rows;
+    g.kernel_h = map.kernel;
+    g.stride_h = map.stride;
+    g.dilation_h = map.dilation;
+    g.pad_top = map.pad_top;
+    int64_t first = 0, last = 0;
+    kernels::conv_input_rows(g, r0, r1, &first, &last);
+    EXPECT_EQ(got, (RowRange{first, last})) << what;
+  }
+}
+
+TEST(TileAlgebra, SameAndNoneMaps) {
+  EXPECT_EQ(RowMap{RowMap::Kind::kSame}.input_rows({3, 9}), (RowRange{3, 9}));
+  EXPECT_TRUE(RowMap{}.input_rows({3, 9}).empty());
+  EXPECT_TRUE((RowMap{RowMap::Kind::kSame}.input_rows({5, 5}).empty()));
+  EXPECT_EQ(plan::hull({}, {2, 4}), (RowRange{2, 4}));
+  EXPECT_EQ(plan::hull({1, 3}, {2, 7}), (RowRange{1, 7}));
+}
+
+const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
+
+graph::Graph prepared(graph::Graph g, std::vector<int64_t> input_shape) {
+  graph::optimize(g, runtime::evaluate_node);
+  return graph::specialize(g, {{"x", std::move(input_shape)}}, runtime::evaluate_node);
+}
+
+// A strided, dilated conv reads its input through a window with those parameters.
+TEST(TileAlgebra, ConvTileOpReadsItsWindow) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 4, 17, 9});
+  const int y = b.node("Conv", {x, b.constant("w", random_tensor({6, 4, 3, 3}, 1))},
+                       {{"pads", std::vector<int64_t>{2, 1, 2, 1}},
+                        {"strides", std::vector<int64_t>{2, 1}},
+                        {"dilations", std::vector<int64_t>{2, 1}}});
+  const graph::Graph g = prepared(b.finish({y}), {3, 4, 17, 9});
+  std::string why;
+  const std::optional<plan::TileOp> op = plan::make_tile_op(g, 0, &why);
+  ASSERT_TRUE(op) << why;
+  EXPECT_EQ(op->inputs[0].kind, RowMap::Kind::kWindow);
+  EXPECT_EQ(op->inputs[0].kernel, 3);
+  EXPECT_EQ(op->inputs[0].stride, 2);
+  EXPECT_EQ(op->inputs[0].dilation, 2);
+  EXPECT_EQ(op->inputs[0].pad_top, 2);
+  EXPECT_EQ(op->inputs[0].in_rows, 17);
+  EXPECT_EQ(op->rows, 9);  // (17 + 4 - 5) / 2 + 1
+  EXPECT_EQ(op->weight_bytes, 6 * 4 * 3 * 3 * 4);
+}
+
+// A residual CNN: stem, a residual block, a strided conv, max pool, then whole-tensor ops.
+graph::Graph residual_cnn() {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 3, 32, 24});
+  const int c1 = b.node("Relu", {b.node("Conv",
+                                        {x, b.constant("w1", random_tensor({16, 3, 3, 3}, 1)),
+                                         b.constant("b1", random_tensor({16}, 2))},
+                                        {{"pads", kPad1}})});
+  const int c2 =
+      b.node("Relu", {b.node("Conv", {c1, b.constant("w2", random_tensor({16, 16, 3, 3}, 3))},
+                             {{"pads", kPad1}})});
+  const int c3 = b.node("Conv", {c2, b.constant("w3", random_tensor({16, 16, 1, 1}, 4))});
+  const int res = b.node("Relu", {b.node("Add", {c3, c1})});
+  const int down = b.node("Conv", {res, b.constant("w4", random_tensor({32, 16, 3, 3}, 5))},
+                          {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int pool = b.node("MaxPool", {down},
+                          {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                           {"strides", std::vector<int64_t>{2, 2}},
+                           {"pads", kPad1}});
+  const int gap = b.node("GlobalAveragePool", {pool});
+  const int fc =
+      b.node("Gemm", {b.node("Flatten", {gap}), b.constant("wf", random_tensor({10, 32}, 6))},
+             {{"transB", int64_t{1}}});
+  // A second pass over the pooled map after the whole-tensor op: a column after it.
+  const int after =
+      b.node("Relu", {b.node("Conv", {pool, b.constant("w5", random_tensor({8, 32, 1, 1}, 7))})});
+  return b.finish({fc, after});
+}
+
+// The invariants every plan must hold, whatever the budget.
+void expect_valid_plan(const graph::Graph& g, const plan::TilePlan& plan) {
+  ASSERT_EQ(plan.column_of.size(), g.nodes.size());
+  for (std::size_t ci = 0; ci < plan.columns.size(); ++ci) {
+    const plan::Column& c = plan.columns[ci];
+    ASSERT_FALSE(c.ops.empty());
+    // Consecutive nodes, all in this column: a column never crosses a node that runs whole.
+    for (int n = c.ops.front().node; n <= c.ops.back().node; ++n) {
+      EXPECT_EQ(plan.column_of[static_cast<std::size_t>(n)], static_cast<int>(ci))
+          << "node " << g.nodes[static_cast<std::size_t>(n)].name;
+    }
+    EXPECT_EQ(c.ops.back().node - c.ops.front().node + 1, static_cast<int>(c.ops.size()));
+    EXPECT_EQ(c.outputs.front(), c.ops.back().output) << "the anchor comes first";
+    EXPECT_GE(c.tile_rows, 1);
+    EXPECT_EQ(c.tiles_per_image, (c.ops.back().rows + c.tile_rows - 1) / c.tile_rows);
+    ASSERT_EQ(c.rows.size(), static_cast<std::size_t>(c.tiles_per_image));
+    for (std::size_t i = 0; i < c.ops.size(); ++i) {
+      const plan::TileOp& op = c.ops[i];
+      // Own rows of an output partition its rows; others own none.
+      int64_t next = 0;
+      for (std::size_t t = 0; t < c.rows.size(); ++t) {
+        const RowRange own = c.own[t][i];
+        if (!c.is_output(static_cast<int>(i))) {
+          EXPECT_TRUE(own.empty());
+          continue;
+        }
+        EXPECT_EQ(own.begin, next) << "op " << i << " tile " << t;
+        next = std::max(next, own.end);
+        if (!own.empty()) {
+          EXPECT_LE(c.rows[t][i].begin, own.begin);
+          EXPECT_GE(c.rows[t][i].end, own.end);
+        }
+      }
+      if (c.is_output(static_cast<int>(i))) {
+        EXPECT_EQ(next, op.rows) << "op " << i;
+      }
+      // Every input row an op reads on a tile is in its producer's tile rows.
+      const graph::Node& node = g.nodes[static_cast<std::size_t>(op.node)];
+      for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+        for (std::size_t k = 0; k < i; ++k) {
+          if (c.ops[k].output != node.inputs[j]) continue;
+          for (std::size_t t = 0; t < c.rows.size(); ++t) {
+            const RowRange need = op.inputs[j].input_rows(c.rows[t][i]);
+            if (need.empty()) continue;
+            EXPECT_LE(c.rows[t][k].begin, need.begin) << "op " << i << " reads op " << k;
+            EXPECT_GE(c.rows[t][k].end, need.end) << "op " << i << " reads op " << k;
+          }
+        }
+      }
+    }
+    EXPECT_LE(c.working_set_bytes, c.arena_bytes + c.scratch_bytes + c.weight_bytes);
+    EXPECT_GE(c.working_set_bytes, c.arena_bytes + c.scratch_bytes);
+    EXPECT_GE(c.halo_overhead, 0.0);
+  }
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    if (plan.column_of[n] < 0) {
+      EXPECT_FALSE(plan.why_whole[n].empty()) << g.nodes[n].name;
+    }
+  }
+  EXPECT_LE(plan.depthwise_bytes, plan.layerwise_bytes);
+}
+
+TEST(Partition, ColumnsNeverCrossWholeTensorOps) {
+  const graph::Graph g = prepared(residual_cnn(), {2, 3, 32, 24});
+  plan::PlanOptions options;
+  options.cache_budget_bytes = 1 << 20;
+  const plan::TilePlan plan = plan::plan_columns(g, options);
+  expect_valid_plan(g, plan);
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const std::string& op = g.nodes[n].op_type;
+    if (op == "GlobalAveragePool" || op == "Gemm" || op == "Flatten") {
+      EXPECT_EQ(plan.column_of[n], -1) << op << " needs the whole tensor";
+    }
+    if (op == "Conv" || op == "MaxPool") {
+      EXPECT_GE(plan.column_of[n], 0) << g.nodes[n].name;
+    }
+  }
+  // With a roomy budget everything from the stem to the pool (the residual block's skip
+  // connection inside) forms one column, and the conv after the GAP its own.
+  ASSERT_EQ(plan.columns.size(), 2u) << plan::describe_plan(g, plan);
+  EXPECT_EQ(plan.columns[0].ops.front().node, 0);
+  EXPECT_EQ(g.nodes[static_cast<std::size_t>(plan.columns[0].ops.back().node)].op_type, "MaxPool");
+  EXPECT_LT(plan.depthwise_bytes, plan.layerwise_bytes);
+  // The pooled map is read after the column (by the GAP and the last conv): its one output.
+  EXPECT_EQ(plan.columns[0].outputs.size(), 1u);
+  EXPECT_GT(plan.columns[0].bytes_in_cache, 0);
+}
+
+TEST(Partition, WorkingSetStaysUnderTheBudget) {
+  const graph::Graph g = prepared(residual_cnn(), {2, 3, 32, 24});
+  for (int64_t budget : {24 << 10, 48 << 10, 96 << 10, 256 << 10, 4 << 20}) {
+    plan::PlanOptions options;
+    options.cache_budget_bytes = budget;
+    const plan::TilePlan plan = plan::plan_columns(g, options);
+    expect_valid_plan(g, plan);
+    for (const plan::Column& c : plan.columns) {
+      EXPECT_LE(c.working_set_bytes, budget) << plan::describe_plan(g, plan);
+      EXPECT_LE(c.halo_overhead, options.max_halo_overhead + 1e-9);
+    }
+  }
+}
+
+TEST(Partition, ForcedTileRowsApplyToEveryColumn) {
+  const graph::Graph g = prepared(residual_cnn(), {2, 3, 32, 24});
+  for (int64_t rows : {1, 5, 1000}) {
+    plan::PlanOptions options;
+    options.tile_rows = rows;
+    const plan::TilePlan plan = plan::plan_columns(g, options);
+    expect_valid_plan(g, plan);
+    for (const plan::Column& c : plan.columns) {
+      EXPECT_EQ(c.tile_rows, std::min(rows, c.ops.back().rows));
+    }
+  }
+}
+
+// At batch 1 the planner cuts each image into enough tiles to feed every thread.
+TEST(Partition, SmallBatchGetsTilesForEveryThread) {
+  const graph::Graph g = prepared(residual_cnn(), {1, 3, 32, 24});
+  plan::PlanOptions options;
+  options.threads = 4;
+  options.cache_budget_bytes = 64 << 20;
+  const plan::TilePlan plan = plan::plan_columns(g, options);
+  for (const plan::Column& c : plan.columns) {
+    EXPECT_GE(c.tiles_per_image, std::min<int64_t>(8, c.ops.back().rows));
+  }
+}
+
+// An intermediate read inside the column and again after it is written to memory by the tiles
+// that own its rows.
+TEST(Partition, IntermediateReadAfterTheColumnIsAnOutput) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 2, 11, 7});
+  const int a =
+      b.node("Conv", {x, b.constant("w1", random_tensor({4, 2, 3, 3}, 1))}, {{"pads", kPad1}});
+  const int c = b.node("Conv", {a, b.constant("w2", random_tensor({4, 4, 3, 3}, 2))},
+                       {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int gap_a = b.node("GlobalAveragePool", {a});
+  const graph::Graph g = prepared(b.finish({c, gap_a}), {1, 2, 11, 7});
+  std::vector<plan::TileOp> ops;
+  std::string why;
+  for (int n : {0, 1}) {
+    ops.push_back(*plan::make_tile_op(g, n, &why));
+    ASSERT_EQ(g.nodes[static_cast<std::size_t>(n)].op_type, "Conv");
+  }
+  const std::optional<plan::Column> column = plan::layout_column(g, ops, 2);
+  ASSERT_TRUE(column);
+  plan::TilePlan plan;
+  plan.columns = {*column};
+  plan.column_of = {0, 0, -1};
+  plan.why_whole = {"", "", "GAP"};
+  expect_valid_plan(g, plan);
+  EXPECT_EQ(column->outputs, (std::vector<int>{ops[1].output, ops[0].output}));
+  EXPECT_TRUE(column->is_output(0));
+  // Without a reader inside the column, the first conv alone cannot lead a two-op column.
+  EXPECT_FALSE(plan::layout_column(g, {ops[1], ops[0]}, 2));
+}
+
+TEST(Partition, ReportNamesColumnsAndTheByteReduction) {
+  const graph::Graph g = prepared(residual_cnn(), {2, 3, 32, 24});
+  const std::string report = plan::describe_plan(g, plan::plan_columns(g, {}));
+  EXPECT_NE(report.find("column 0:"), std::string::npos) << report;
+  EXPECT_NE(report.find("halo overhead"), std::string::npos) << report;
+  EXPECT_NE(report.find("layer by layer"), std::string::npos) << report;
+  EXPECT_NE(report.find("whole   GlobalAveragePool"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace sparsecol::testing

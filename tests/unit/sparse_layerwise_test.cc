@@ -1,0 +1,152 @@
+// Pruned Conv, Gemm and MatMul layers through the layerwise executor's sparse kernels give what
+// the reference executor gives, at any thread count and bit-identical across thread counts; the
+// format each layer gets follows Options::sparse_threshold and is reported by layers().
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "graph/passes.h"
+#include "graph_builder.h"
+
+namespace sparsecol::testing {
+namespace {
+
+// A random tensor with each element zeroed with probability `sparsity`.
+Tensor pruned_tensor(std::vector<int64_t> shape, uint32_t seed, double sparsity) {
+  Tensor t = random_tensor(std::move(shape), seed);
+  std::mt19937 rng(seed + 1000);
+  std::bernoulli_distribution zero(sparsity);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (zero(rng)) t.data<float>()[i] = 0.0f;
+  }
+  return t;
+}
+
+std::unique_ptr<runtime::Executor> layerwise(graph::Graph g, const NamedTensors& inputs,
+                                             int threads, double sparse_threshold) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = t.shape();
+  graph::optimize(g, runtime::evaluate_node);
+  Options options;
+  options.sparse_threshold = sparse_threshold;
+  return runtime::make_layerwise_executor(graph::specialize(g, shapes, runtime::evaluate_node),
+                                          threads, options);
+}
+
+const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
+
+// A residual CNN whose every convolution and the classifier are 90% pruned: 3x3 conv + relu,
+// grouped 3x3, 1x1 + residual add + relu, strided 3x3, 1x1 on a 4x4 image, GAP, Gemm (transB).
+graph::Graph pruned_cnn() {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 8, 15, 13});
+  const int c1 = b.node("Relu", {b.node("Conv",
+                                        {x, b.constant("w1", pruned_tensor({32, 8, 3, 3}, 1, 0.9)),
+                                         b.constant("b1", random_tensor({32}, 2))},
+                                        {{"pads", kPad1}})});
+  const int grouped = b.node("Conv", {c1, b.constant("w2", pruned_tensor({32, 8, 3, 3}, 3, 0.9))},
+                             {{"pads", kPad1}, {"group", int64_t{4}}});
+  const int pw = b.node("Conv", {grouped, b.constant("w3", pruned_tensor({32, 32, 1, 1}, 4, 0.9)),
+                                 b.constant("b3", random_tensor({32}, 5))});
+  const int res = b.node("Relu", {b.node("Add", {pw, c1})});
+  const int down = b.node("Conv", {res, b.constant("w4", pruned_tensor({48, 32, 3, 3}, 6, 0.9))},
+                          {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int down2 = b.node("Conv", {down, b.constant("w5", pruned_tensor({48, 48, 3, 3}, 7, 0.95))},
+                           {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int small = b.node(
+      "Relu", {b.node("Conv", {down2, b.constant("w6", pruned_tensor({64, 48, 1, 1}, 8, 0.9))})});
+  const int flat = b.node("Flatten", {b.node("GlobalAveragePool", {small})});
+  const int fc = b.node("Gemm",
+                        {flat, b.constant("wf", pruned_tensor({10, 64}, 9, 0.9)),
+                         b.constant("bf", random_tensor({10}, 10))},
+                        {{"transB", int64_t{1}}});
+  return b.finish({fc, res});
+}
+
+// Pruned transformer linear layers: MatMul + bias + GELU, MatMul + residual, over 70 tokens
+// (a full block of 64 and a tail) of 2 sequences.
+graph::Graph pruned_mlp() {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 70, 48});
+  const int h =
+      b.node("Add", {b.node("MatMul", {x, b.constant("w1", pruned_tensor({48, 96}, 1, 0.9))}),
+                     b.constant("b1", random_tensor({96}, 2))});
+  const int erf = b.node("Erf", {b.node("Div", {h, b.constant("sqrt2", scalar(std::sqrt(2.0f)))})});
+  const int gelu =
+      b.node("Mul", {b.node("Mul", {h, b.node("Add", {erf, b.constant("one", scalar(1.0f))})}),
+                     b.constant("half", scalar(0.5f))});
+  const int out = b.node(
+      "Add", {b.node("MatMul", {gelu, b.constant("w2", pruned_tensor({96, 48}, 3, 0.95))}), x});
+  return b.finish({out});
+}
+
+// Layerwise with the default threshold (the pruned layers sparse) at 1, 2 and 3 threads against
+// the reference; the thread counts agree bit for bit. Returns the layers of the last executor.
+std::vector<LayerInfo> expect_sparse_matches_reference(const graph::Graph& g,
+                                                       const NamedTensors& inputs) {
+  const NamedTensors expected = run_reference(g, inputs);
+  NamedTensors first;
+  std::vector<LayerInfo> layers;
+  for (int threads : {1, 2, 3}) {
+    auto executor = layerwise(g, inputs, threads, -1.0);
+    const NamedTensors actual = executor->run(inputs);
+    for (const auto& [name, t] : expected) {
+      float scale = 1.0f;
+      for (int64_t i = 0; i < t.numel(); ++i)
+        scale = std::max(scale, std::fabs(t.data<float>()[i]));
+      EXPECT_LE(max_abs_diff(t, actual.at(name)), 1e-4f * scale) << name << " threads " << threads;
+      if (threads == 1) {
+        first[name] = actual.at(name);
+      } else {
+        EXPECT_EQ(max_abs_diff(first.at(name), actual.at(name)), 0.0f)
+            << name << ": threads " << threads << " differs from threads 1";
+      }
+    }
+    layers = executor->layers();
+  }
+  return layers;
+}
+
+int count_format(const std::vector<LayerInfo>& layers, const std::string& format) {
+  int n = 0;
+  for (const LayerInfo& l : layers) n += l.weight_format == format ? 1 : 0;
+  return n;
+}
+
+TEST(SparseLayerwise, PrunedCnnMatchesReference) {
+  const std::vector<LayerInfo> layers =
+      expect_sparse_matches_reference(pruned_cnn(), {{"x", random_tensor({2, 8, 15, 13}, 11)}});
+  EXPECT_EQ(count_format(layers, "sparse-csr"), 7);  // six convolutions and the classifier
+  for (const LayerInfo& l : layers) {
+    if (l.weight_format != "sparse-csr") continue;
+    EXPECT_NE(l.implementation.find("spmm"), std::string::npos) << l.node;
+    EXPECT_GT(l.packed_bytes, 0) << l.node;
+    EXPECT_GE(l.weight_sparsity, 0.85) << l.node;
+  }
+}
+
+TEST(SparseLayerwise, PrunedCnnAtBatchOneMatchesReference) {
+  expect_sparse_matches_reference(pruned_cnn(), {{"x", random_tensor({1, 8, 15, 13}, 12)}});
+}
+
+TEST(SparseLayerwise, PrunedLinearLayersMatchReference) {
+  const std::vector<LayerInfo> layers = expect_sparse_matches_reference(
+      pruned_mlp(), {{"x", random_tensor({2, 70, 48}, 21, -2.0f, 2.0f)}});
+  EXPECT_EQ(count_format(layers, "sparse-csr"), 2);
+}
+
+TEST(SparseLayerwise, ThresholdOptionPicksTheFormat) {
+  const NamedTensors inputs = {{"x", random_tensor({1, 8, 15, 13}, 13)}};
+  // Above every layer's sparsity: all dense; 0: every weighted layer but none depthwise sparse.
+  const auto dense = layerwise(pruned_cnn(), inputs, 2, 0.99);
+  EXPECT_EQ(count_format(dense->layers(), "sparse-csr"), 0);
+  EXPECT_EQ(count_format(dense->layers(), "dense"), 7);
+  const auto sparse = layerwise(pruned_cnn(), inputs, 2, 0.0);
+  EXPECT_EQ(count_format(sparse->layers(), "sparse-csr"), 7);
+  const NamedTensors a = dense->run(inputs), b = sparse->run(inputs);
+  for (const auto& [name, t] : a) EXPECT_LE(max_abs_diff(t, b.at(name)), 1e-4f) << name;
+}
+
+}  // namespace
+}  // namespace sparsecol::testing

@@ -1,0 +1,526 @@
+// The sparse x dense kernels (kernels/f32-spmm) against their naive reference, and the sparse
+// lowerings of convolution and linear layers against the reference convolution and GEMM:
+// randomized shapes at 0-99% sparsity, empty rows, all-zero weights, column tails that are not
+// a multiple of any vector width, every epilogue, row and column sub-regions with strides.
+// Every kernel of the list runs; one this machine cannot run is skipped with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "f32-conv/conv.h"
+#include "f32-gemm/gemm.h"
+#include "f32-spmm/spmm.h"
+#include "reference/conv.h"
+#include "sparsecol/sparsecol.h"
+
+namespace sparsecol::testing {
+namespace {
+
+using kernels::Activation;
+using kernels::Epilogue;
+using kernels::SparseMatrix;
+
+constexpr float kSentinel = -12345.0f;
+const double kSparsities[] = {0.0, 0.5, 0.8, 0.9, 0.95, 0.99};
+
+std::vector<float> random_vector(int64_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Zeroes each element with probability `sparsity` (unstructured, as magnitude pruning leaves).
+void prune(std::vector<float>& w, double sparsity, std::mt19937& rng) {
+  std::bernoulli_distribution zero(sparsity);
+  for (float& x : w) {
+    if (zero(rng)) x = 0.0f;
+  }
+}
+
+// A random epilogue: every activation in both positions, biases and residual on or off.
+struct EpilogueData {
+  std::vector<float> row_bias, col_bias, residual;
+  Epilogue epilogue;
+};
+
+EpilogueData random_epilogue(int64_t rows, int64_t cols, int64_t residual_ld, std::mt19937& rng) {
+  const Activation acts[] = {Activation::kNone, Activation::kRelu, Activation::kClip,
+                             Activation::kGelu};
+  EpilogueData d;
+  d.row_bias = random_vector(rows, 0.5f, rng);
+  d.col_bias = random_vector(cols, 0.5f, rng);
+  d.residual = random_vector(rows * residual_ld, 1.0f, rng);
+  Epilogue& e = d.epilogue;
+  if (rng() % 2 == 0) e.row_bias = d.row_bias.data();
+  if (rng() % 2 == 0) e.col_bias = d.col_bias.data();
+  e.pre_residual = acts[rng() % 4];
+  e.post_residual = acts[rng() % 4];
+  e.clip_min = -0.25f;
+  e.clip_max = 0.5f;
+  if (rng() % 2 == 0) {
+    e.residual = d.residual.data();
+    e.residual_ld = residual_ld;
+  }
+  return d;
+}
+
+class SpmmKernelTest : public ::testing::TestWithParam<kernels::SpmmUkernel> {
+ protected:
+  void SetUp() override {
+    if (!kernels::isa_available(GetParam().isa)) {
+      GTEST_SKIP() << GetParam().name << " cannot run here: " << kernels::isa_reason();
+    }
+  }
+};
+
+// One problem: A (rows x depth, `sparsity`) over B (depth rows at a random stride), a region of
+// rows [r0, r1) x columns [c0, c0 + n) into a dst with a wider stride; the kernel and the
+// reference run on the same arguments, and nothing outside the region may be written.
+void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t depth, int64_t n,
+                  double sparsity, std::mt19937& rng) {
+  const int64_t ldb = n + 3 + static_cast<int64_t>(rng() % 40);
+  const int64_t c0 = static_cast<int64_t>(rng() % 3);
+  const int64_t cols = c0 + n;
+  std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
+  prune(a, sparsity, rng);
+  if (rows > 2) std::fill_n(a.begin() + depth, depth, 0.0f);  // an empty row
+  std::vector<int64_t> b_rows(static_cast<std::size_t>(depth));
+  for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * ldb;
+  const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
+  const std::vector<float> b = random_vector(depth * ldb, 1.0f, rng);
+  const int64_t ldd = cols + 5;
+  EpilogueData ed = random_epilogue(rows, cols, ldd, rng);
+  const int64_t r0 = rows > 1 ? static_cast<int64_t>(rng() % 2) : 0;
+  const int64_t r1 = rows - (rows > 3 ? static_cast<int64_t>(rng() % 2) : 0);
+
+  // The epilogue's pointers at the region's origin (row r0, column c0).
+  Epilogue e = ed.epilogue;
+  if (e.row_bias != nullptr) e.row_bias += r0;
+  if (e.col_bias != nullptr) e.col_bias += c0;
+  if (e.residual != nullptr) e.residual += r0 * e.residual_ld + c0;
+  kernels::SpmmArgs args;
+  args.rows = r1 - r0;
+  args.n = n;
+  args.row_ptr = m.row_ptr() + r0;
+  args.values = m.values();
+  args.offsets = m.offsets();
+  args.src = b.data() + c0;
+  args.ldd = ldd;
+  args.epilogue = &e;
+  std::vector<float> want(static_cast<std::size_t>(rows * ldd), kSentinel);
+  std::vector<float> have = want;
+  args.dst = want.data() + r0 * ldd + c0;
+  kernels::f32_spmm__reference(args);
+  args.dst = have.data() + r0 * ldd + c0;
+  ukernel.fn(args);
+
+  const float tolerance = 1e-5f * std::sqrt(static_cast<float>(depth)) + 1e-6f;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < ldd; ++c) {
+      const float w = want[static_cast<std::size_t>(r * ldd + c)];
+      const float h = have[static_cast<std::size_t>(r * ldd + c)];
+      if (w == kSentinel) {
+        ASSERT_EQ(h, kSentinel) << "wrote outside the region at row " << r << " column " << c;
+      } else {
+        ASSERT_NEAR(h, w, tolerance * (1.0f + std::abs(w))) << "row " << r << " column " << c;
+      }
+    }
+  }
+}
+
+TEST_P(SpmmKernelTest, MatchesReferenceOnRandomRegions) {
+  std::mt19937 rng(1234);
+  const int tile = GetParam().tile;
+  // Column counts below, at and above every vector width and the tile.
+  const int64_t widths[] = {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 129};
+  for (const double sparsity : kSparsities) {
+    for (const int64_t n : widths) {
+      const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
+      const int64_t depth = 1 + static_cast<int64_t>(rng() % 200);
+      SCOPED_TRACE(fmt::format("{}: {} x {} at {:.0f}%, {} columns (tile {})", GetParam().name,
+                               rows, depth, 100 * sparsity, n, tile));
+      check_region(GetParam(), rows, depth, n, sparsity, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_P(SpmmKernelTest, AllZeroWeightsGiveTheEpilogueOfZero) {
+  std::mt19937 rng(5);
+  check_region(GetParam(), 5, 37, 45, 1.0, rng);
+  // Nothing but the bias: every output equals its row bias.
+  const std::vector<float> a(6 * 10, 0.0f);
+  const std::vector<int64_t> b_rows(10, 0);
+  const SparseMatrix m(a.data(), 6, 10, 10, 1, 1, b_rows);
+  EXPECT_EQ(m.nnz(), 0);
+  EXPECT_EQ(m.sparsity(), 1.0);
+  const std::vector<float> b(64, 1.0f), bias = {1, 2, 3, 4, 5, 6};
+  std::vector<float> dst(6 * 33, kSentinel);
+  Epilogue e;
+  e.row_bias = bias.data();
+  kernels::SpmmArgs args{6, 33, m.row_ptr(), m.values(), m.offsets(), b.data(), dst.data(), 33, &e};
+  GetParam().fn(args);
+  for (int64_t i = 0; i < 6 * 33; ++i) ASSERT_EQ(dst[static_cast<std::size_t>(i)], bias[i / 33]);
+}
+
+// Every element is summed in the same order whatever the tile it falls in, so splitting the
+// columns of a call (as the schedules do by thread count) never changes a bit.
+TEST_P(SpmmKernelTest, ColumnSplitsGiveIdenticalBits) {
+  std::mt19937 rng(9);
+  const int64_t rows = 7, depth = 150, n = 203;
+  std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
+  prune(a, 0.7, rng);
+  std::vector<int64_t> b_rows(depth);
+  for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * n;
+  const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
+  const std::vector<float> b = random_vector(depth * n, 1.0f, rng);
+  std::vector<float> whole(rows * n), split(rows * n);
+  kernels::SpmmArgs args{rows,         n, m.row_ptr(), m.values(), m.offsets(), b.data(),
+                         whole.data(), n, nullptr};
+  GetParam().fn(args);
+  for (int64_t c0 = 0; c0 < n;) {
+    const int64_t c1 = std::min(n, c0 + 1 + static_cast<int64_t>(rng() % 40));
+    args.n = c1 - c0;
+    args.src = b.data() + c0;
+    args.dst = split.data() + c0;
+    GetParam().fn(args);
+    c0 = c1;
+  }
+  EXPECT_EQ(whole, split);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryKernel, SpmmKernelTest,
+                         ::testing::ValuesIn(kernels::spmm_ukernels().begin(),
+                                             kernels::spmm_ukernels().end()),
+                         [](const ::testing::TestParamInfo<kernels::SpmmUkernel>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(SparseMatrixTest, PacksNonZerosInColumnOrderWithTheirOffsets) {
+  // Two groups of two rows over depth 3: group 1's column k is B row 3 + k.
+  const std::vector<float> a = {0,     2, 0,  //
+                                1,     0, 3,  //
+                                0,     0, 0,  //
+                                -0.0f, 4, 5};
+  const std::vector<int64_t> b_rows = {0, 10, 20, 30, 40, 50};
+  const SparseMatrix m(a.data(), 4, 3, 3, 1, 2, b_rows);
+  EXPECT_EQ(m.nnz(), 5);
+  EXPECT_DOUBLE_EQ(m.sparsity(), 7.0 / 12.0);
+  EXPECT_EQ(std::vector<int32_t>(m.row_ptr(), m.row_ptr() + 5),
+            (std::vector<int32_t>{0, 1, 3, 3, 5}));
+  EXPECT_EQ(std::vector<float>(m.values(), m.values() + 5), (std::vector<float>{2, 1, 3, 4, 5}));
+  EXPECT_EQ(std::vector<int32_t>(m.offsets(), m.offsets() + 5),
+            (std::vector<int32_t>{10, 0, 20, 40, 50}));
+  std::vector<int32_t> remapped;
+  m.offsets_for(std::vector<int64_t>{0, 1, 2, 3, 4, 5}, remapped);
+  EXPECT_EQ(remapped, (std::vector<int32_t>{1, 0, 2, 4, 5}));
+  EXPECT_EQ(m.packed_bytes(), 5 * 4 + 5 * 4 + 5 * 4);
+}
+
+TEST(SparseMatrixTest, RefusesBadShapesAndOffsetsBeyond32Bits) {
+  const std::vector<float> a(12, 1.0f);
+  EXPECT_THROW(SparseMatrix(a.data(), 4, 3, 3, 1, 1, std::vector<int64_t>(2, 0)), Error);
+  EXPECT_THROW(SparseMatrix(a.data(), 3, 4, 4, 1, 2, std::vector<int64_t>(8, 0)), Error);
+  EXPECT_THROW(SparseMatrix(a.data(), 4, 3, 3, 1, 1, std::vector<int64_t>{0, 1, int64_t{1} << 33}),
+               Error);
+  const SparseMatrix m(a.data(), 4, 3, 3, 1, 1, std::vector<int64_t>{0, 1, 2});
+  std::vector<int32_t> out;
+  EXPECT_THROW(m.offsets_for(std::vector<int64_t>{0, 1}, out), Error);
+}
+
+TEST(SparseThresholdTest, OptionOverridesTheMeasuredDefault) {
+  using kernels::SparseLayerKind;
+  EXPECT_EQ(kernels::resolve_sparse_threshold(-1.0, SparseLayerKind::kConv),
+            kernels::kConvSparseThreshold);
+  EXPECT_EQ(kernels::resolve_sparse_threshold(-1.0, SparseLayerKind::kLinear),
+            kernels::kLinearSparseThreshold);
+  EXPECT_EQ(kernels::resolve_sparse_threshold(0.3, SparseLayerKind::kConv), 0.3);
+  const std::vector<float> w = {0, 1, 0, 0};
+  EXPECT_DOUBLE_EQ(kernels::zero_fraction(w.data(), 4), 0.75);
+}
+
+// ---- Sparse convolution vs the reference convolution ----
+
+struct SparseConvCase {
+  std::string name;
+  int64_t in_c, out_c, in_h, in_w, kernel, stride, pad, dilation, groups;
+};
+
+kernels::ConvGeometry make_geometry(const SparseConvCase& c) {
+  kernels::ConvGeometry g;
+  g.in_c = c.in_c;
+  g.out_c = c.out_c;
+  g.in_h = c.in_h;
+  g.in_w = c.in_w;
+  g.kernel_h = g.kernel_w = c.kernel;
+  g.stride_h = g.stride_w = c.stride;
+  g.pad_top = g.pad_left = c.pad;
+  g.dilation_h = g.dilation_w = c.dilation;
+  g.groups = c.groups;
+  const int64_t span = c.dilation * (c.kernel - 1) + 1;
+  g.out_h = (c.in_h + 2 * c.pad - span) / c.stride + 1;
+  g.out_w = (c.in_w + 2 * c.pad - span) / c.stride + 1;
+  return g;
+}
+
+struct ConvProblem {
+  kernels::ConvGeometry g;
+  std::vector<float> src, weight, bias, residual, expected;
+  Epilogue epilogue;
+  bool has_residual;
+
+  ConvProblem(const kernels::ConvGeometry& geometry, double sparsity, std::mt19937& rng)
+      : g(geometry) {
+    const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
+    src = random_vector(g.in_c * g.in_h * g.in_w, 1.0f, rng);
+    weight = random_vector(g.out_c * depth, 1.0f / std::sqrt(static_cast<float>(depth)), rng);
+    prune(weight, sparsity, rng);
+    bias = random_vector(g.out_c, 0.5f, rng);
+    residual = random_vector(g.out_c * g.out_h * g.out_w, 1.0f, rng);
+    const Activation acts[] = {Activation::kNone, Activation::kRelu, Activation::kClip,
+                               Activation::kGelu};
+    epilogue.pre_residual = acts[rng() % 4];
+    epilogue.post_residual = acts[rng() % 4];
+    epilogue.clip_min = 0.0f;
+    epilogue.clip_max = 6.0f;
+    has_residual = rng() % 2 == 0;
+    kernels::reference::ConvShape shape;
+    shape.in_channels = g.in_c;
+    shape.out_channels = g.out_c;
+    shape.groups = g.groups;
+    shape.window.rank = 2;
+    shape.window.in_size = {g.in_h, g.in_w, 0};
+    shape.window.out_size = {g.out_h, g.out_w, 0};
+    shape.window.kernel = {g.kernel_h, g.kernel_w, 0};
+    shape.window.stride = {g.stride_h, g.stride_w, 0};
+    shape.window.dilation = {g.dilation_h, g.dilation_w, 0};
+    shape.window.pad_begin = {g.pad_top, g.pad_left, 0};
+    expected.resize(residual.size());
+    kernels::reference::conv_reference(src.data(), weight.data(), bias.data(), expected.data(),
+                                       shape);
+    const Epilogue& e = epilogue;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      float v = kernels::apply_activation(e.pre_residual, expected[i], e.clip_min, e.clip_max);
+      if (has_residual) v += residual[i];
+      expected[i] = kernels::apply_activation(e.post_residual, v, e.clip_min, e.clip_max);
+    }
+  }
+};
+
+// Copies rows [first, last) of each plane of a [channels x rows x width] tensor (a tile buffer).
+std::vector<float> copy_rows(const std::vector<float>& t, int64_t channels, int64_t rows,
+                             int64_t width, int64_t first, int64_t last) {
+  std::vector<float> tile(static_cast<std::size_t>(channels * (last - first) * width));
+  for (int64_t c = 0; c < channels; ++c) {
+    std::copy_n(t.begin() + (c * rows + first) * width, (last - first) * width,
+                tile.begin() + c * (last - first) * width);
+  }
+  return tile;
+}
+
+// Output rows [r0, r1) x channels [c0, c1) through tile buffers holding only the needed input
+// rows (row0 > 0, another plane stride: the depth-wise schedule's case), checked against the
+// reference; nothing outside the region may be written.
+void check_conv_region(const kernels::PackedConv& conv, const ConvProblem& p, int64_t r0,
+                       int64_t r1, int64_t c0, int64_t c1) {
+  const kernels::ConvGeometry& g = p.g;
+  int64_t first = 0, last = 0;
+  kernels::conv_input_rows(g, r0, r1, &first, &last);
+  std::vector<float> src_tile = copy_rows(p.src, g.in_c, g.in_h, g.in_w, first, last);
+  std::vector<float> res_tile = copy_rows(p.residual, g.out_c, g.out_h, g.out_w, r0, r1);
+  const int64_t out_plane = (r1 - r0) * g.out_w;
+  std::vector<float> dst(static_cast<std::size_t>(g.out_c * out_plane), kSentinel);
+  const kernels::PlaneView src_view{src_tile.data(), first, (last - first) * g.in_w};
+  const kernels::PlaneView dst_view{dst.data(), r0, out_plane};
+  const kernels::PlaneView res_view{res_tile.data(), r0, out_plane};
+  std::vector<float> scratch;
+  kernels::conv2d_region(conv, src_view, dst_view, r0, r1, c0, c1, p.epilogue,
+                         p.has_residual ? &res_view : nullptr, scratch);
+  const float tolerance =
+      2e-5f * std::sqrt(static_cast<float>(g.in_c / g.groups * g.kernel_h * g.kernel_w)) + 1e-5f;
+  for (int64_t c = 0; c < g.out_c; ++c) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t x = 0; x < g.out_w; ++x) {
+        const float have = dst[static_cast<std::size_t>(c * out_plane + (r - r0) * g.out_w + x)];
+        if (c < c0 || c >= c1) {
+          ASSERT_EQ(have, kSentinel)
+              << "wrote channel " << c << " outside [" << c0 << ", " << c1 << ")";
+          continue;
+        }
+        const float want = p.expected[static_cast<std::size_t>((c * g.out_h + r) * g.out_w + x)];
+        ASSERT_NEAR(have, want, tolerance * (1.0f + std::abs(want)))
+            << conv.implementation() << " rows [" << r0 << ", " << r1 << ") at c=" << c
+            << " y=" << r << " x=" << x;
+      }
+    }
+  }
+}
+
+class SparseConvTest : public ::testing::TestWithParam<kernels::Isa> {
+ protected:
+  void SetUp() override {
+    if (!kernels::isa_available(GetParam())) {
+      GTEST_SKIP() << to_string(GetParam()) << " cannot run here: " << kernels::isa_reason();
+    }
+  }
+};
+
+TEST_P(SparseConvTest, MatchesReferenceConvolution) {
+  const kernels::Isa isa = GetParam();
+  std::mt19937 rng(77);
+  const SparseConvCase cases[] = {
+      {"1x1", 24, 20, 9, 13, 1, 1, 0, 1, 1},
+      {"1x1_grouped", 24, 20, 7, 11, 1, 1, 0, 1, 4},
+      {"1x1_stride2", 16, 24, 9, 13, 1, 2, 0, 1, 1},
+      {"3x3_s1_p1", 16, 24, 11, 37, 3, 1, 1, 1, 1},
+      {"3x3_s1_p0", 8, 12, 9, 9, 3, 1, 0, 1, 1},
+      {"3x3_s1_dilation2", 8, 12, 12, 19, 3, 1, 2, 2, 1},
+      {"3x3_s1_grouped", 12, 18, 10, 10, 3, 1, 1, 1, 3},
+      {"3x3_s2_p1", 16, 24, 14, 23, 3, 2, 1, 1, 1},
+      {"3x3_s2_grouped", 8, 16, 9, 9, 3, 2, 1, 1, 2},
+      {"5x5_s1_p2", 6, 10, 8, 70, 5, 1, 2, 1, 1},
+      {"7x7_s2_p3_stem", 3, 16, 21, 21, 7, 2, 3, 1, 1},
+      {"3x3_s1_7x7_image", 32, 40, 7, 7, 3, 1, 1, 1, 1},
+  };
+  for (const SparseConvCase& c : cases) {
+    for (const double sparsity : kSparsities) {
+      SCOPED_TRACE(fmt::format("{} at {:.0f}%", c.name, 100 * sparsity));
+      const kernels::ConvGeometry g = make_geometry(c);
+      const ConvProblem p(g, sparsity, rng);
+      const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), 0.0, isa);
+      ASSERT_STREQ(conv.weight_format(), "sparse-csr");
+      ASSERT_TRUE(conv.splits_channels());
+      // All rows and channels; the first and last row; an interior block of rows and channels.
+      check_conv_region(conv, p, 0, g.out_h, 0, g.out_c);
+      check_conv_region(conv, p, 0, 1, 0, g.out_c);
+      check_conv_region(conv, p, g.out_h - 1, g.out_h, 0, g.out_c);
+      const int64_t r0 = static_cast<int64_t>(rng() % g.out_h);
+      const int64_t c0 = static_cast<int64_t>(rng() % g.out_c);
+      check_conv_region(conv, p, r0, std::min(g.out_h, r0 + 3), c0,
+                        std::min(g.out_c, c0 + 1 + static_cast<int64_t>(rng() % 9)));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, SparseConvTest,
+                         ::testing::Values(kernels::Isa::kPortable, kernels::Isa::kAvx2,
+                                           kernels::Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<kernels::Isa>& info) {
+                           return std::string(to_string(info.param));
+                         });
+
+TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
+  std::mt19937 rng(3);
+  const kernels::ConvGeometry g3 = make_geometry({"", 16, 16, 8, 8, 3, 1, 1, 1, 1});
+  const kernels::ConvGeometry g1 = make_geometry({"", 16, 16, 8, 8, 1, 1, 0, 1, 1});
+  const kernels::ConvGeometry gs = make_geometry({"", 16, 16, 8, 8, 3, 2, 1, 1, 1});
+  const kernels::ConvGeometry gd = make_geometry({"", 16, 16, 8, 8, 3, 1, 1, 1, 16});
+  std::vector<float> w = random_vector(16 * 16 * 9, 1.0f, rng);
+  std::fill_n(w.begin(), w.size() * 85 / 100, 0.0f);  // 85% zeros
+  auto impl = [&](const kernels::ConvGeometry& g, double threshold) {
+    return kernels::PackedConv(g, w.data(), nullptr, threshold).implementation();
+  };
+  const std::string isa = to_string(kernels::active_isa());
+  EXPECT_EQ(impl(g1, 0.8), "spmm-1x1/" + isa);
+  EXPECT_EQ(impl(g3, 0.8), "spmm-3x3/" + isa);
+  EXPECT_EQ(impl(gs, 0.8), "spmm-3x3-strided/" + isa);
+  EXPECT_EQ(impl(g3, 0.9).rfind("im2col-gemm-3x3/", 0), 0u);
+  EXPECT_EQ(impl(g3, kernels::kAlwaysDense).rfind("im2col-gemm-3x3/", 0), 0u);
+  EXPECT_EQ(impl(gd, 0.0).rfind("depthwise-3x3/", 0), 0u);  // depthwise stays dense
+  const kernels::PackedConv sparse(g3, w.data(), nullptr, 0.8);
+  const kernels::PackedConv dense(g3, w.data(), nullptr, kernels::kAlwaysDense);
+  EXPECT_NEAR(sparse.weight_sparsity(), 0.85, 0.01);
+  EXPECT_STREQ(dense.weight_format(), "dense");
+  EXPECT_LT(sparse.packed_bytes(), dense.packed_bytes() / 3);
+  // A dense implementation computes all channels or none.
+  std::vector<float> src(16 * 64), dst(16 * 64), scratch;
+  EXPECT_THROW(kernels::conv2d_region(dense, {src.data(), 0, 64}, {dst.data(), 0, 64}, 0, 8, 0, 8,
+                                      {}, nullptr, scratch),
+               Error);
+}
+
+// ---- Sparse linear layers vs the reference GEMM ----
+
+class SparseLinearTest : public ::testing::TestWithParam<kernels::Isa> {
+ protected:
+  void SetUp() override {
+    if (!kernels::isa_available(GetParam())) {
+      GTEST_SKIP() << to_string(GetParam()) << " cannot run here: " << kernels::isa_reason();
+    }
+  }
+};
+
+TEST_P(SparseLinearTest, MatchesReferenceGemm) {
+  std::mt19937 rng(21);
+  const int64_t token_counts[] = {1, 7, 63, 64, 65, 130};
+  for (const double sparsity : kSparsities) {
+    for (const int64_t tokens : token_counts) {
+      const int64_t k = 1 + static_cast<int64_t>(rng() % 150);
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 90);
+      const bool transposed = rng() % 2 == 0;  // Gemm's transB: W stored [N x K]
+      SCOPED_TRACE(fmt::format("{} tokens, K {} N {}, {:.0f}%, transposed {}", tokens, k, n,
+                               100 * sparsity, transposed));
+      std::vector<float> w = random_vector(k * n, 1.0f, rng);
+      prune(w, sparsity, rng);
+      std::vector<float> w_kn = w;  // [K x N] for the reference
+      if (transposed) {
+        for (int64_t i = 0; i < k; ++i) {
+          for (int64_t j = 0; j < n; ++j) w_kn[i * n + j] = w[j * k + i];
+        }
+      }
+      const kernels::SparseLinear sparse = transposed ? kernels::SparseLinear(w.data(), k, n, 1, k)
+                                                      : kernels::SparseLinear(w.data(), k, n, n, 1);
+      const int64_t ldx = k + 2, ldy = n + 3;
+      const std::vector<float> x = random_vector(tokens * ldx, 1.0f, rng);
+      EpilogueData ed = random_epilogue(tokens, n, ldy, rng);
+      ed.epilogue.row_bias = nullptr;  // a linear layer's bias is per feature (column)
+      // Features [f0, f1): the region's pointers at (token 0, f0).
+      const int64_t f0 = static_cast<int64_t>(rng() % n);
+      const int64_t f1 = f0 + 1 + static_cast<int64_t>(rng() % (n - f0));
+      for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, n}, {f0, f1}}) {
+        Epilogue e = ed.epilogue;
+        if (e.col_bias != nullptr) e.col_bias += begin;
+        if (e.residual != nullptr) e.residual += begin;
+        std::vector<float> want(tokens * ldy, kSentinel), have = want, scratch;
+        kernels::gemm_reference({tokens, end - begin, k}, x.data(), ldx, w_kn.data() + begin, n,
+                                want.data() + begin, ldy, e);
+        kernels::sparse_linear(sparse, x.data(), ldx, tokens, begin, end, have.data() + begin, ldy,
+                               e, scratch, GetParam());
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(have[i], want[i], 1e-4f * (1.0f + std::abs(want[i])))
+              << "features [" << begin << ", " << end << ") at " << i / ldy << ", " << i % ldy;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(SparseLinearTest, RefusesARowBiasAndBadFeatureRanges) {
+  const std::vector<float> w(12, 1.0f), x(12, 1.0f), bias(4, 1.0f);
+  std::vector<float> y(16), scratch;
+  const kernels::SparseLinear sparse(w.data(), 3, 4, 4, 1);
+  Epilogue e;
+  e.row_bias = bias.data();
+  EXPECT_THROW(kernels::sparse_linear(sparse, x.data(), 3, 4, 0, 4, y.data(), 4, e, scratch),
+               Error);
+  EXPECT_THROW(kernels::sparse_linear(sparse, x.data(), 3, 4, 0, 5, y.data(), 4, {}, scratch),
+               Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, SparseLinearTest,
+                         ::testing::Values(kernels::Isa::kPortable, kernels::Isa::kAvx2,
+                                           kernels::Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<kernels::Isa>& info) {
+                           return std::string(to_string(info.param));
+                         });
+
+}  // namespace
+}  // namespace sparsecol::testing
