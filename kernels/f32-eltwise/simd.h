@@ -43,14 +43,43 @@ inline Vec load(const float* p) {
   return v;
 }
 inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
-// The first `count` (< kLanes) lanes from p, zeros elsewhere; stores likewise write `count` lanes.
+// The first `count` lanes (0 < count < kLanes) from p, zeros elsewhere, never touching memory
+// past them (masked loads do not fault on masked-off lanes).
 inline Vec load_partial(const float* p, int64_t count) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), p);
+#elif defined(__AVX2__)
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_maskload_ps(p, mask);
+#else
   Vec v = {};
   std::memcpy(&v, p, static_cast<std::size_t>(count) * sizeof(float));
   return v;
+#endif
 }
 inline void store_partial(float* p, Vec v, int64_t count) {
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
+#elif defined(__AVX2__)
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  _mm256_maskstore_ps(p, mask, v);
+#else
   std::memcpy(p, &v, static_cast<std::size_t>(count) * sizeof(float));
+#endif
+}
+
+// *p in every lane, straight from memory (vbroadcastss m32): splat() of a loaded float compiles
+// to an add and a register broadcast on the kernels' critical path of issued uops.
+inline Vec broadcast(const float* p) {
+#if defined(__AVX512F__)
+  return _mm512_set1_ps(*p);
+#elif defined(__AVX2__)
+  return _mm256_broadcast_ss(p);
+#else
+  return _mm_load1_ps(p);
+#endif
 }
 inline Vec splat(float x) { return Vec{} + x; }
 // v with lanes `count` and above replaced by `fill`.

@@ -10,86 +10,20 @@
 #include <cstdint>
 #include <cstring>
 
+#include "f32-eltwise/simd.h"
 #include "f32-gemm/ukernels.h"  // kErfP, kErfQ, kErfClamp: the GELU the dense kernels use
 #include "f32-spmm/spmm.h"
 
 namespace sparsecol::kernels {
 namespace {
 
-#if defined(__AVX512F__)
-constexpr int64_t kLanes = 16;
-#elif defined(__AVX2__)
-constexpr int64_t kLanes = 8;
-#else
-constexpr int64_t kLanes = 4;
-#endif
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-
 // Vectors per tile: 8, one accumulator each (see SPARSECOL_F32_SPMM_UKERNELS).
 constexpr int kTileVecs = 8;
 constexpr int64_t kTile = kTileVecs * kLanes;
 
-inline Vec splat(float x) { return Vec{} + x; }
-// *p in every lane, straight from memory (vbroadcastss m32): splat() of a loaded float compiles
-// to an add and a register broadcast on the kernels' critical path of issued uops.
-inline Vec broadcast(const float* p) {
-#if defined(__AVX512F__)
-  return _mm512_set1_ps(*p);
-#elif defined(__AVX2__)
-  return _mm256_broadcast_ss(p);
-#else
-  return _mm_load1_ps(p);
-#endif
-}
-inline Vec load(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
-
-// The first `count` lanes (0 < count < kLanes) from p, zeros elsewhere, never touching memory
-// past them (masked loads do not fault on masked-off lanes).
-inline Vec load_partial(const float* p, int64_t count) {
-#if defined(__AVX512F__)
-  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), p);
-#elif defined(__AVX2__)
-  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  return _mm256_maskload_ps(p, mask);
-#else
-  Vec v = {};
-  std::memcpy(&v, p, static_cast<std::size_t>(count) * sizeof(float));
-  return v;
-#endif
-}
-inline void store_partial(float* p, Vec v, int64_t count) {
-#if defined(__AVX512F__)
-  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1), v);
-#elif defined(__AVX2__)
-  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  _mm256_maskstore_ps(p, mask, v);
-#else
-  std::memcpy(p, &v, static_cast<std::size_t>(count) * sizeof(float));
-#endif
-}
-
-// a * b + c, fused where the ISA has FMA (ISO C++ mode never contracts a * b + c by itself).
-inline Vec fmadd(Vec a, Vec b, Vec c) {
-#if defined(__AVX512F__)
-  return _mm512_fmadd_ps(a, b, c);
-#elif defined(__AVX2__)
-  return _mm256_fmadd_ps(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
-inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
-inline Vec vmin(Vec a, Vec b) { return a < b ? a : b; }
-
-// GELU with the dense kernels' erf approximation (f32-gemm/ukernels.h, |error| <= 4.5e-7).
-inline Vec vgelu(Vec x) {
+// GELU with the dense GEMM's erf approximation (f32-gemm/ukernels.h, |error| <= 4.5e-7), so
+// that a layer gives the same GELU whether its weight is packed dense or sparse.
+inline Vec vgelu_rational(Vec x) {
   const Vec z = x * 0.70710678118654752f;
   const Vec zc = vmin(vmax(z, splat(-kErfClamp)), splat(kErfClamp));
   const Vec t = zc * zc;
@@ -118,7 +52,7 @@ inline void activate_tile(Activation act, Vec (&x)[kVecs], const Epilogue& e) {
       for (int v = 0; v < kVecs; ++v) x[v] = vmin(vmax(x[v], splat(e.clip_min)), splat(e.clip_max));
       return;
     case Activation::kGelu:
-      for (int v = 0; v < kVecs; ++v) x[v] = vgelu(x[v]);
+      for (int v = 0; v < kVecs; ++v) x[v] = vgelu_rational(x[v]);
       return;
   }
 }

@@ -1,5 +1,7 @@
 #include "graph/graph.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -95,6 +97,20 @@ std::size_t Node::own_input_count() const {
 int Graph::add_value(Value value) {
   values.push_back(std::move(value));
   return static_cast<int>(values.size()) - 1;
+}
+
+bool Graph::is_output(int id) const {
+  return std::find(outputs.begin(), outputs.end(), id) != outputs.end();
+}
+
+std::vector<int64_t> Graph::concrete_dims(int id) const {
+  const Value& v = values[static_cast<std::size_t>(id)];
+  const auto dims = v.shape ? concrete(*v.shape) : std::nullopt;
+  if (!dims || !v.dtype_known) {
+    throw Error(ErrorCode::kInternal,
+                fmt::format("{}: value '{}' has no concrete shape or dtype", source, v.name));
+  }
+  return *dims;
 }
 
 int Graph::find_value(const std::string& name) const {

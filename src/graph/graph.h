@@ -90,6 +90,10 @@ struct Graph {
 
   int add_value(Value value);
   int find_value(const std::string& name) const;  // -1 if absent
+  bool is_output(int id) const;                   // a graph output
+  // The value's shape, every dimension known, as the executors of a specialized graph need it;
+  // throws Error(kInternal) naming the value otherwise.
+  std::vector<int64_t> concrete_dims(int id) const;
   // "node 'conv1' (Conv) in model.onnx": the prefix of every error about a node.
   std::string where(const Node& node) const;
   // Which nodes read each value (value id -> node indices), recomputed on demand.

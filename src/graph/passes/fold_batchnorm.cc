@@ -17,13 +17,6 @@ const Tensor* constant_f32(const Graph& graph, int id) {
   return v.constant && v.constant->dtype() == DType::kFloat32 ? &*v.constant : nullptr;
 }
 
-bool is_graph_output(const Graph& graph, int id) {
-  for (int v : graph.outputs) {
-    if (v == id) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 void fold_batchnorm(Graph& graph) {
@@ -40,8 +33,7 @@ void fold_batchnorm(Graph& graph) {
     if (conv_value.producer < 0) continue;
     Node& conv = graph.nodes[static_cast<std::size_t>(conv_value.producer)];
     if (conv.op_type != "Conv" || !conv.epilogue.empty() ||
-        readers[static_cast<std::size_t>(conv_out)].size() != 1 ||
-        is_graph_output(graph, conv_out)) {
+        readers[static_cast<std::size_t>(conv_out)].size() != 1 || graph.is_output(conv_out)) {
       continue;
     }
     const Tensor* weight = constant_f32(graph, conv.input(1));

@@ -4,12 +4,8 @@
 
 namespace sparsecol::graph {
 
-bool PatternPass::is_graph_output(int id) const {
-  return std::find(graph_.outputs.begin(), graph_.outputs.end(), id) != graph_.outputs.end();
-}
-
 int PatternPass::sole_reader(int id) const {
-  if (id < 0 || is_graph_output(id) || readers(id).size() != 1) return -1;
+  if (id < 0 || graph_.is_output(id) || readers(id).size() != 1) return -1;
   const int n = readers(id)[0];
   return removed_[static_cast<std::size_t>(n)] ? -1 : n;
 }

@@ -19,7 +19,7 @@ class PatternPass {
   const Value& value(int id) const { return graph_.values[static_cast<std::size_t>(id)]; }
   const Node& node(int n) const { return graph_.nodes[static_cast<std::size_t>(n)]; }
   const std::vector<int>& readers(int id) const { return readers_[static_cast<std::size_t>(id)]; }
-  bool is_graph_output(int id) const;
+  bool is_graph_output(int id) const { return graph_.is_output(id); }
 
   // The single node reading `id` (not a graph output, not already absorbed), or -1.
   int sole_reader(int id) const;

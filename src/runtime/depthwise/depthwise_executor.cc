@@ -149,25 +149,14 @@ class DepthwiseExecutor final : public Executor {
 
   static std::size_t index(int id) { return static_cast<std::size_t>(id); }
   const graph::Value& value(int id) const { return graph_.values[index(id)]; }
-  std::vector<int64_t> dims(int id) const {
-    const graph::Value& v = value(id);
-    auto d = v.shape ? graph::concrete(*v.shape) : std::nullopt;
-    if (!d || !v.dtype_known) {
-      throw Error(ErrorCode::kInternal,
-                  fmt::format("depthwise: value '{}' has no concrete shape", v.name));
-    }
-    return *d;
-  }
-  bool is_graph_output(int id) const {
-    return std::find(graph_.outputs.begin(), graph_.outputs.end(), id) != graph_.outputs.end();
-  }
+  std::vector<int64_t> dims(int id) const { return graph_.concrete_dims(id); }
 
   void build_units() {
     root_.assign(graph_.values.size(), kNotPlanned);
     for (std::size_t v = 0; v < graph_.values.size(); ++v) {
       if (graph_.values[v].constant) tensors_[v] = *graph_.values[v].constant;
       if (graph_.values[v].producer < 0 || graph_.values[v].constant) continue;
-      root_[v] = is_graph_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
+      root_[v] = graph_.is_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
     }
     columns_.resize(plan_.columns.size());
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
@@ -189,7 +178,7 @@ class DepthwiseExecutor final : public Executor {
       }
       Unit unit{-1, static_cast<int>(n), nullptr};
       std::string why_not;
-      if (layerwise::is_view_op(graph_, node) && !is_graph_output(node.outputs[0])) {
+      if (layerwise::is_view_op(graph_, node) && !graph_.is_output(node.outputs[0])) {
         unit.step = layerwise::make_view_step(graph_, node);
         root_[index(node.outputs[0])] =
             root_[index(node.input(0))] < 0 ? kNotPlanned : root_[index(node.input(0))];

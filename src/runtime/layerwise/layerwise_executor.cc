@@ -78,31 +78,20 @@ class LayerwiseExecutor final : public Executor {
   static constexpr int kOwned = -2;       // graph output, allocated per run
 
   const graph::Value& value(int id) const { return graph_.values[static_cast<std::size_t>(id)]; }
-  std::vector<int64_t> dims(int id) const {
-    const graph::Value& v = value(id);
-    auto d = v.shape ? graph::concrete(*v.shape) : std::nullopt;
-    if (!d || !v.dtype_known) {
-      throw Error(ErrorCode::kInternal,
-                  fmt::format("layerwise: value '{}' has no concrete shape", v.name));
-    }
-    return *d;
-  }
-  bool is_graph_output(int id) const {
-    return std::find(graph_.outputs.begin(), graph_.outputs.end(), id) != graph_.outputs.end();
-  }
+  std::vector<int64_t> dims(int id) const { return graph_.concrete_dims(id); }
 
   // One step per node: a zero-copy view, the fast kernel, or the reference op.
   void choose_steps(bool verbose) {
     root_.assign(graph_.values.size(), kNotPlanned);
     for (std::size_t v = 0; v < graph_.values.size(); ++v) {
       if (graph_.values[v].producer >= 0 && !graph_.values[v].constant) {
-        root_[v] = is_graph_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
+        root_[v] = graph_.is_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
       }
     }
     for (const graph::Node& node : graph_.nodes) {
       std::unique_ptr<layerwise::Step> step;
       std::string why_not;
-      if (layerwise::is_view_op(graph_, node) && !is_graph_output(node.outputs[0])) {
+      if (layerwise::is_view_op(graph_, node) && !graph_.is_output(node.outputs[0])) {
         step = layerwise::make_view_step(graph_, node);
         // The view shares its input's bytes: plan them as one buffer.
         root_[static_cast<std::size_t>(node.outputs[0])] =
