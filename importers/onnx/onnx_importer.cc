@@ -138,6 +138,7 @@ class Importer {
     add_outputs(proto);
     graph_.link();
     run_checker();
+    check_window_attributes(proto);
     run_shape_inference();
     apply_value_types();
     return std::move(graph_);
@@ -382,6 +383,35 @@ class Importer {
       onnx::checker::check_graph(model_.graph(), ctx, lexical_scope);
       onnx::checker::check_model_local_functions(model_, ctx, lexical_scope);
     });
+  }
+
+  // ONNX 1.12's shape inference for convolutions and pooling divides by each stride without
+  // checking it (a stride of 0 raised SIGFPE inside libonnx: found by the importer fuzzer), and
+  // its checker does not look at attribute values. So the window attributes of every op that
+  // shares that inference are checked here first: strides, dilations and kernel sizes must be
+  // positive.
+  void check_window_attributes(const onnx::GraphProto& proto) const {
+    static const char* const kWindowOps[] = {"Conv",        "ConvTranspose", "ConvInteger",
+                                             "QLinearConv", "MaxPool",       "AveragePool",
+                                             "LpPool",      "MaxUnpool",     "MaxRoiPool"};
+    for (const onnx::NodeProto& node : proto.node()) {
+      const bool window = std::any_of(std::begin(kWindowOps), std::end(kWindowOps),
+                                      [&](const char* op) { return node.op_type() == op; });
+      if (!window || !(node.domain().empty() || node.domain() == "ai.onnx")) continue;
+      for (const onnx::AttributeProto& attr : node.attribute()) {
+        if (attr.name() != "strides" && attr.name() != "dilations" &&
+            attr.name() != "kernel_shape") {
+          continue;
+        }
+        for (int64_t v : attr.ints()) {
+          if (v <= 0) {
+            fail(ErrorCode::kInvalidModel,
+                 fmt::format("node '{}' ({}): attribute '{}' must be positive, got {}", node.name(),
+                             node.op_type(), attr.name(), fmt::join(attr.ints(), ", ")));
+          }
+        }
+      }
+    }
   }
 
   void run_shape_inference() {

@@ -22,6 +22,7 @@
 #include <onnx/onnx_pb.h>
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "cli_util.h"
 #include "sparsecol/io.h"
 #include "sparsecol/sparsecol.h"
@@ -387,6 +388,9 @@ long peak_rss_kib(const std::string& args) {
 // more than a fraction of that. The model reduces each 4 KiB sample to one float, so the outputs
 // held until the end stay small.
 TEST_F(CliTest, RunMemoryStaysFlatAsTheInputGrows) {
+  // ASan's quarantine holds every freed batch buffer for a while: peak RSS there says nothing
+  // about the streaming. The Release job runs this test.
+  if (test::kSanitized) GTEST_SKIP() << "peak memory is not meaningful under a sanitizer";
   constexpr int64_t kWidth = 1024;
   onnx::ModelProto model;
   model.set_ir_version(8);

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../test_util.h"
 #include "onnx/onnx_importer.h"
 #include "sparsecol/sparsecol.h"
 #include "test_models.h"
@@ -29,17 +30,7 @@ namespace {
 
 // Sanitizers reserve terabytes of shadow memory and manage their own heap, so a limit on the
 // address space breaks them rather than the code under test.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using test::kSanitized;
 
 // Imports `model` from memory and checks the Error's code and that its message names each of
 // `parts`.
@@ -264,6 +255,39 @@ TEST(MalformedAttributes, WrongTypeForKnownAttributeIsInvalidModel) {
     c.set(add_node(model, "Conv", {"x", "K"}, {"y"}, "conv"));
     add_output(model, "y", {std::string(), std::string(), std::string(), std::string()});
     expect_refused(model, ErrorCode::kInvalidModel, {"node 'conv'", "(Conv)", c.name});
+  }
+}
+
+// Found by the importer fuzzer: ONNX 1.12's shape inference divides by each stride unchecked, so
+// a Conv or pooling node with a zero stride crashed the process (SIGFPE in libonnx). Zero and
+// negative strides, dilations and kernel sizes are refused before shape inference runs.
+TEST(MalformedAttributes, NonPositiveWindowAttributesAreInvalidModel) {
+  struct Case {
+    const char* op;
+    const char* attr;
+    std::vector<int64_t> value;
+  };
+  const Case cases[] = {{"Conv", "strides", {0, 2}},
+                        {"Conv", "dilations", {1, -1}},
+                        {"Conv", "kernel_shape", {0, 3}},
+                        {"MaxPool", "strides", {2, 0}},
+                        {"AveragePool", "strides", {0, 0}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.op) + " " + c.attr);
+    onnx::ModelProto model = make_model();
+    add_input(model, "x", {int64_t{1}, int64_t{1}, int64_t{7}, int64_t{5}});
+    std::vector<std::string> inputs = {"x"};
+    if (std::string(c.op) == "Conv") {
+      add_initializer(model, make_float_tensor("K", {1, 1, 3, 3}, std::vector<float>(9, 1.0f)));
+      inputs.push_back("K");
+    }
+    onnx::NodeProto& node = add_node(model, c.op, inputs, {"y"}, "window");
+    if (std::string(c.attr) != "kernel_shape") {
+      set_attr(node, "kernel_shape", std::vector<int64_t>{3, 3});
+    }
+    set_attr(node, c.attr, c.value);
+    add_output(model, "y", {std::string(), std::string(), std::string(), std::string()});
+    expect_refused(model, ErrorCode::kInvalidModel, {"'window'", c.op, c.attr, "positive"});
   }
 }
 
