@@ -10,8 +10,6 @@
 namespace sparsecol::testing {
 namespace {
 
-const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
-
 std::unique_ptr<runtime::Executor> depthwise(graph::Graph g, const NamedTensors& inputs,
                                              int threads, const Options& options) {
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -58,43 +56,12 @@ void expect_matches_reference(const graph::Graph& g, const NamedTensors& inputs)
   }
 }
 
-// A residual CNN: conv+relu, depthwise conv, 1x1 conv + residual add + relu, strided conv,
-// clip, max pool, then global average pool, flatten and a linear layer (run whole).
-graph::Graph cnn() {
-  GraphBuilder b;
-  const int x = b.input("x", {-1, 3, 13, 11});
-  const int c1 = b.node("Relu", {b.node("Conv",
-                                        {x, b.constant("w1", random_tensor({8, 3, 3, 3}, 1)),
-                                         b.constant("b1", random_tensor({8}, 2))},
-                                        {{"pads", kPad1}})});
-  const int dw = b.node("Conv", {c1, b.constant("w2", random_tensor({8, 1, 3, 3}, 3))},
-                        {{"pads", kPad1}, {"group", int64_t{8}}});
-  const int pw = b.node("Conv", {dw, b.constant("w3", random_tensor({8, 8, 1, 1}, 4)),
-                                 b.constant("b3", random_tensor({8}, 5))});
-  const int res = b.node("Relu", {b.node("Add", {pw, c1})});
-  const int down = b.node("Conv", {res, b.constant("w4", random_tensor({16, 8, 3, 3}, 6))},
-                          {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
-  const int clip =
-      b.node("Clip", {down, b.constant("lo", scalar(0.0f)), b.constant("hi", scalar(6.0f))});
-  const int pool = b.node("MaxPool", {clip},
-                          {{"kernel_shape", std::vector<int64_t>{3, 3}},
-                           {"strides", std::vector<int64_t>{2, 2}},
-                           {"pads", kPad1}});
-  const int gap = b.node("GlobalAveragePool", {pool});
-  const int flat = b.node("Flatten", {gap});
-  const int fc = b.node("Gemm",
-                        {flat, b.constant("wf", random_tensor({10, 16}, 7)),
-                         b.constant("bf", random_tensor({10}, 8))},
-                        {{"transB", int64_t{1}}});
-  return b.finish({fc});
-}
-
 TEST(Depthwise, ResidualCnnMatchesReference) {
-  expect_matches_reference(cnn(), {{"x", random_tensor({3, 3, 13, 11}, 11)}});
+  expect_matches_reference(residual_cnn(), {{"x", random_tensor({3, 3, 13, 11}, 11)}});
 }
 
 TEST(Depthwise, BatchOfOneMatchesReference) {
-  expect_matches_reference(cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
+  expect_matches_reference(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
 }
 
 // Ops the epilogue pass leaves standalone: SiLU (x * sigmoid(x), two tile inputs), an Add of a
@@ -126,7 +93,7 @@ TEST(Depthwise, SecondRunInReusedBuffersGivesTheSameResult) {
   const NamedTensors inputs = {{"x", random_tensor({2, 3, 13, 11}, 22)}};
   Options options;
   options.tile_rows = 2;
-  auto executor = depthwise(cnn(), inputs, 2, options);
+  auto executor = depthwise(residual_cnn(), inputs, 2, options);
   const NamedTensors first = executor->run(inputs);
   const NamedTensors other = executor->run({{"x", random_tensor({2, 3, 13, 11}, 23)}});
   const NamedTensors again = executor->run(inputs);
@@ -141,7 +108,7 @@ TEST(Depthwise, ProfilerRecordsEachOpOnEachTile) {
   const NamedTensors inputs = {{"x", random_tensor({2, 3, 13, 11}, 24)}};
   Options options;
   options.tile_rows = 3;
-  auto executor = depthwise(cnn(), inputs, 2, options);
+  auto executor = depthwise(residual_cnn(), inputs, 2, options);
   runtime::Profiler profiler;
   executor->set_profiler(&profiler);
   executor->run(inputs);
@@ -163,7 +130,8 @@ TEST(Depthwise, ProfilerRecordsEachOpOnEachTile) {
 TEST(Depthwise, RejectsNegativeTileRows) {
   Options options;
   options.tile_rows = -1;
-  EXPECT_THROW(depthwise(cnn(), {{"x", random_tensor({1, 3, 13, 11}, 1)}}, 1, options), Error);
+  EXPECT_THROW(depthwise(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 1)}}, 1, options),
+               Error);
 }
 
 }  // namespace

@@ -87,4 +87,38 @@ inline float max_abs_diff(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
+inline const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
+
+// A small residual CNN shared by the executor tests: conv+relu, depthwise conv, 1x1 conv +
+// residual add + relu, strided conv, clip, max pool, then global average pool, flatten and a
+// linear layer. Input x [N, 3, 13, 11], output [N, 10].
+inline graph::Graph residual_cnn() {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 3, 13, 11});
+  const int c1 = b.node("Relu", {b.node("Conv",
+                                        {x, b.constant("w1", random_tensor({8, 3, 3, 3}, 1)),
+                                         b.constant("b1", random_tensor({8}, 2))},
+                                        {{"pads", kPad1}})});
+  const int dw = b.node("Conv", {c1, b.constant("w2", random_tensor({8, 1, 3, 3}, 3))},
+                        {{"pads", kPad1}, {"group", int64_t{8}}});
+  const int pw = b.node("Conv", {dw, b.constant("w3", random_tensor({8, 8, 1, 1}, 4)),
+                                 b.constant("b3", random_tensor({8}, 5))});
+  const int res = b.node("Relu", {b.node("Add", {pw, c1})});
+  const int down = b.node("Conv", {res, b.constant("w4", random_tensor({16, 8, 3, 3}, 6))},
+                          {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int clip =
+      b.node("Clip", {down, b.constant("lo", scalar(0.0f)), b.constant("hi", scalar(6.0f))});
+  const int pool = b.node("MaxPool", {clip},
+                          {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                           {"strides", std::vector<int64_t>{2, 2}},
+                           {"pads", kPad1}});
+  const int gap = b.node("GlobalAveragePool", {pool});
+  const int flat = b.node("Flatten", {gap});
+  const int fc = b.node("Gemm",
+                        {flat, b.constant("wf", random_tensor({10, 16}, 7)),
+                         b.constant("bf", random_tensor({10}, 8))},
+                        {{"transB", int64_t{1}}});
+  return b.finish({fc});
+}
+
 }  // namespace sparsecol::testing

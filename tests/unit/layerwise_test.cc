@@ -47,45 +47,12 @@ void expect_matches_reference(const graph::Graph& g, const NamedTensors& inputs,
   }
 }
 
-const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
-
-// A small residual CNN: conv+relu, depthwise conv, 1x1 conv + residual add + relu, strided
-// conv, max pool, global average pool, flatten, linear layer.
-graph::Graph cnn() {
-  GraphBuilder b;
-  const int x = b.input("x", {-1, 3, 13, 11});
-  const int c1 = b.node("Relu", {b.node("Conv",
-                                        {x, b.constant("w1", random_tensor({8, 3, 3, 3}, 1)),
-                                         b.constant("b1", random_tensor({8}, 2))},
-                                        {{"pads", kPad1}})});
-  const int dw = b.node("Conv", {c1, b.constant("w2", random_tensor({8, 1, 3, 3}, 3))},
-                        {{"pads", kPad1}, {"group", int64_t{8}}});
-  const int pw = b.node("Conv", {dw, b.constant("w3", random_tensor({8, 8, 1, 1}, 4)),
-                                 b.constant("b3", random_tensor({8}, 5))});
-  const int res = b.node("Relu", {b.node("Add", {pw, c1})});
-  const int down = b.node("Conv", {res, b.constant("w4", random_tensor({16, 8, 3, 3}, 6))},
-                          {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
-  const int clip =
-      b.node("Clip", {down, b.constant("lo", scalar(0.0f)), b.constant("hi", scalar(6.0f))});
-  const int pool = b.node("MaxPool", {clip},
-                          {{"kernel_shape", std::vector<int64_t>{3, 3}},
-                           {"strides", std::vector<int64_t>{2, 2}},
-                           {"pads", kPad1}});
-  const int gap = b.node("GlobalAveragePool", {pool});
-  const int flat = b.node("Flatten", {gap});
-  const int fc = b.node("Gemm",
-                        {flat, b.constant("wf", random_tensor({10, 16}, 7)),
-                         b.constant("bf", random_tensor({10}, 8))},
-                        {{"transB", int64_t{1}}});
-  return b.finish({fc});
-}
-
 TEST(Layerwise, SmallCnnMatchesReferenceAtAnyThreadCount) {
-  expect_matches_reference(cnn(), {{"x", random_tensor({2, 3, 13, 11}, 11)}});
+  expect_matches_reference(residual_cnn(), {{"x", random_tensor({2, 3, 13, 11}, 11)}});
 }
 
 TEST(Layerwise, BatchOfOneMatchesReference) {
-  expect_matches_reference(cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
+  expect_matches_reference(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
 }
 
 // One transformer encoder block's shapes: linear + bias + GELU, attention scores with a scaled

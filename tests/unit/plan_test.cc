@@ -72,8 +72,6 @@ TEST(TileAlgebra, SameAndNoneMaps) {
   EXPECT_EQ(plan::hull({1, 3}, {2, 7}), (RowRange{1, 7}));
 }
 
-const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
-
 graph::Graph prepared(graph::Graph g, std::vector<int64_t> input_shape) {
   graph::optimize(g, runtime::evaluate_node);
   return graph::specialize(g, {{"x", std::move(input_shape)}}, runtime::evaluate_node);

@@ -34,8 +34,6 @@ std::unique_ptr<runtime::Executor> layerwise(graph::Graph g, const NamedTensors&
                                           threads, options);
 }
 
-const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
-
 // A residual CNN whose every convolution and the classifier are 90% pruned: 3x3 conv + relu,
 // grouped 3x3, 1x1 + residual add + relu, strided 3x3, 1x1 on a 4x4 image, GAP, Gemm (transB).
 graph::Graph pruned_cnn() {
