@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <new>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -71,6 +72,18 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests, int64_t align
     placed.push_back(i);
   }
   return plan;
+}
+
+namespace {
+constexpr std::align_val_t kArenaAlignment{64};
+}  // namespace
+
+void ArenaDelete::operator()(std::byte* p) const { ::operator delete(p, kArenaAlignment); }
+
+Arena allocate_arena(int64_t bytes) {
+  if (bytes <= 0) return Arena();
+  return Arena(
+      static_cast<std::byte*>(::operator new(static_cast<std::size_t>(bytes), kArenaAlignment)));
 }
 
 }  // namespace sparsecol::plan

@@ -9,7 +9,9 @@
 // of sizes live at one step).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace sparsecol::plan {
@@ -37,5 +39,13 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests, int64_t align
 inline bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b) {
   return a.first_step <= b.last_step && b.first_step <= a.last_step;
 }
+
+// The block a plan's offsets point into: 64-byte aligned (a cache line, and a zmm register's
+// width, so that every buffer planned at an aligned offset starts on a line). Null for 0 bytes.
+struct ArenaDelete {
+  void operator()(std::byte* p) const;
+};
+using Arena = std::unique_ptr<std::byte, ArenaDelete>;
+Arena allocate_arena(int64_t bytes);
 
 }  // namespace sparsecol::plan

@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
+#include "conv_oracle.h"
 #include "f32-conv/conv.h"
 #include "f32-gemm/gemm.h"
 #include "f32-spmm/spmm.h"
-#include "reference/conv.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::testing {
@@ -291,26 +291,8 @@ struct ConvProblem {
     epilogue.clip_min = 0.0f;
     epilogue.clip_max = 6.0f;
     has_residual = rng() % 2 == 0;
-    kernels::reference::ConvShape shape;
-    shape.in_channels = g.in_c;
-    shape.out_channels = g.out_c;
-    shape.groups = g.groups;
-    shape.window.rank = 2;
-    shape.window.in_size = {g.in_h, g.in_w, 0};
-    shape.window.out_size = {g.out_h, g.out_w, 0};
-    shape.window.kernel = {g.kernel_h, g.kernel_w, 0};
-    shape.window.stride = {g.stride_h, g.stride_w, 0};
-    shape.window.dilation = {g.dilation_h, g.dilation_w, 0};
-    shape.window.pad_begin = {g.pad_top, g.pad_left, 0};
-    expected.resize(residual.size());
-    kernels::reference::conv_reference(src.data(), weight.data(), bias.data(), expected.data(),
-                                       shape);
-    const Epilogue& e = epilogue;
-    for (std::size_t i = 0; i < expected.size(); ++i) {
-      float v = kernels::apply_activation(e.pre_residual, expected[i], e.clip_min, e.clip_max);
-      if (has_residual) v += residual[i];
-      expected[i] = kernels::apply_activation(e.post_residual, v, e.clip_min, e.clip_max);
-    }
+    expected = expected_conv(g, src.data(), weight.data(), bias.data(),
+                             has_residual ? residual.data() : nullptr, epilogue);
   }
 };
 

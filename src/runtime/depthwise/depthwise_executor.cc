@@ -248,10 +248,7 @@ class DepthwiseExecutor final : public Executor {
       }
     }
     const plan::MemoryPlan memory = plan::plan_memory(requests);
-    arena_.reset(memory.arena_size > 0
-                     ? static_cast<std::byte*>(
-                           ::operator new(static_cast<std::size_t>(memory.arena_size), kAlignment))
-                     : nullptr);
+    arena_ = plan::allocate_arena(memory.arena_size);
     for (std::size_t b = 0; b < planned.size(); ++b) {
       const int v = planned[b];
       tensors_[index(v)] = Tensor::view(arena_.get() + memory.offsets[b], value(v).dtype, dims(v));
@@ -338,11 +335,6 @@ class DepthwiseExecutor final : public Executor {
     }
   }
 
-  static constexpr std::align_val_t kAlignment{64};
-  struct ArenaDelete {
-    void operator()(std::byte* p) const { ::operator delete(p, kAlignment); }
-  };
-
   graph::Graph graph_;
   int threads_;
   Options options_;
@@ -354,7 +346,7 @@ class DepthwiseExecutor final : public Executor {
   std::vector<int> owned_outputs_;
   std::vector<ColumnRun> columns_;  // per plan column
   std::vector<Unit> units_;         // in graph order
-  std::unique_ptr<std::byte, ArenaDelete> arena_;
+  plan::Arena arena_;
   std::vector<Worker> workers_;                    // per thread
   std::vector<std::vector<float>> layer_scratch_;  // per thread, for the whole-node steps
 };

@@ -141,9 +141,7 @@ class LayerwiseExecutor final : public Executor {
     }
     const plan::MemoryPlan plan = plan::plan_memory(requests);
     arena_size_ = plan.arena_size;
-    arena_.reset(arena_size_ > 0 ? static_cast<std::byte*>(::operator new(
-                                       static_cast<std::size_t>(arena_size_), kAlignment))
-                                 : nullptr);
+    arena_ = plan::allocate_arena(arena_size_);
     for (std::size_t b = 0; b < buffer_values.size(); ++b) {
       const int v = buffer_values[b];
       tensors_[static_cast<std::size_t>(v)] =
@@ -159,11 +157,6 @@ class LayerwiseExecutor final : public Executor {
     }
   }
 
-  static constexpr std::align_val_t kAlignment{64};
-  struct ArenaDelete {
-    void operator()(std::byte* p) const { ::operator delete(p, kAlignment); }
-  };
-
   graph::Graph graph_;
   int threads_;
   Options options_;
@@ -171,7 +164,7 @@ class LayerwiseExecutor final : public Executor {
   std::vector<int> root_;        // value id whose buffer a value lives in, or kNotPlanned/kOwned
   std::vector<int> owned_outputs_;
   std::vector<std::unique_ptr<layerwise::Step>> steps_;  // one per node, in order
-  std::unique_ptr<std::byte, ArenaDelete> arena_;
+  plan::Arena arena_;
   int64_t arena_size_ = 0;
   std::vector<std::vector<float>> scratch_;  // one per thread, grown by the kernels
 };
