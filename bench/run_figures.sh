@@ -16,15 +16,18 @@ taskset -c 1 build/bench/sparsecol_bench \
   --benchmark_filter='BM_PeakFlops/(avx2|portable)|gemm/.*(__avx2|4x8__portable)$|spmm_(conv|linear)/.*/(dense|sparse90|sparse95)$' \
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
   --benchmark_out="$out/kernels.json" --benchmark_out_format=json >"$out/kernels.txt" 2>&1
-# End to end: every CPU path side by side, 2 threads (model, batches, seconds per point).
+# End to end: every CPU path side by side, 2 threads (model, batches, seconds per point);
+# depthwise:halo is the depth-wise schedule with halo recomputation instead of rolling buffers.
 for spec in "resnet50 1,16 40" "mobilenet_v2 1,16 20" "bert 1,8 40" "resnet50_s90 1,16 40" \
             "resnet50_s95 1,16 30" "mobilenet_v2_s80 1,16 20" "bert_s90 1,8 40"; do
   set -- $spec
-  "$cli" bench "$models/$1.onnx" --schedule onednn,layerwise,depthwise --batch "$2" \
+  "$cli" bench "$models/$1.onnx" --schedule onednn,layerwise,depthwise,depthwise:halo --batch "$2" \
     --threads 2 --time "$3" --quiet --json "$out/$1.json" >"$out/$1.txt" 2>&1
 done
 # The depth-wise plans: bytes of intermediates to memory vs layer by layer.
 for model in resnet50 mobilenet_v2 resnet50_s90; do
-  "$cli" inspect "$models/$model.onnx" --plan --batch 16 >"$out/$model.plan.txt" 2>&1
+  for batch in 1 16; do
+    "$cli" inspect "$models/$model.onnx" --plan --batch "$batch" >"$out/$model.b$batch.plan.txt" 2>&1
+  done
 done
 date >>"$out/when.txt"

@@ -76,10 +76,28 @@ struct BenchArgs {
 };
 
 // One entry of --schedule. A schedule listed twice is measured twice (a way to see the noise).
+// "depthwise:halo" and "depthwise:rolling" pick Options::tile_reuse, to compare the two.
 struct PathSpec {
   std::string label;
   Schedule schedule;
+  std::optional<TileReuse> tile_reuse;
 };
+
+// A --schedule entry as a schedule and an optional ":variant"; throws Error(kInvalidArgument).
+PathSpec parse_path(const std::string& name) {
+  const std::size_t colon = name.find(':');
+  PathSpec spec{name, parse_schedule(name.substr(0, colon)), std::nullopt};
+  if (colon == std::string::npos) return spec;
+  const std::string variant = name.substr(colon + 1);
+  if (spec.schedule != Schedule::kDepthWise || (variant != "halo" && variant != "rolling")) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("unknown path '{}': the variants are depthwise:halo and "
+                            "depthwise:rolling (how tiles get their halo rows)",
+                            name));
+  }
+  spec.tile_reuse = variant == "halo" ? TileReuse::kHalo : TileReuse::kRolling;
+  return spec;
+}
 
 // One path at one thread count.
 struct PathState {
@@ -94,8 +112,8 @@ std::vector<PathSpec> path_specs(const std::vector<std::string>& names) {
   std::vector<PathSpec> specs;
   for (auto name = names.begin(); name != names.end(); ++name) {
     const auto seen = std::count(names.begin(), name, *name);
-    specs.push_back(
-        {seen == 0 ? *name : fmt::format("{}#{}", *name, seen + 1), parse_schedule(*name)});
+    specs.push_back(parse_path(*name));
+    if (seen > 0) specs.back().label = fmt::format("{}#{}", *name, seen + 1);
   }
   return specs;
 }
@@ -427,6 +445,7 @@ int bench(const BenchArgs& args) {
       try {
         Options options;
         options.schedule = spec.schedule;
+        if (spec.tile_reuse) options.tile_reuse = *spec.tile_reuse;
         options.threads = threads;
         state.engine.emplace(Engine::load(args.model, options));
         state.session.emplace(state.engine->session());
@@ -504,9 +523,19 @@ CommandAction setup(CLI::App& app) {
   };
   list(app.add_option("-s,--schedule", args->schedules,
                       "comma-separated execution paths to compare (depthwise, layerwise, onednn, "
-                      "cuda, cuda-sparse, reference); the first one is the baseline for speedup "
-                      "and agreement; one this build or machine lacks gets an error row"))
-      ->check(schedule_validator())
+                      "cuda, cuda-sparse, reference; depthwise:halo, depthwise:rolling); the "
+                      "first one is the baseline for speedup and agreement; one this build or "
+                      "machine lacks gets an error row"))
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            try {
+              parse_path(name);
+              return std::string();
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+          },
+          "PATH"))
       ->capture_default_str();
   list(app.add_option("-b,--batch", args->batches, "comma-separated batch sizes"))
       ->check(at_least(1))

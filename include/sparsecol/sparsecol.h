@@ -116,6 +116,12 @@ const char* to_string(Schedule schedule);
 // Error(kInvalidArgument) naming the accepted values.
 Schedule parse_schedule(const std::string& name);
 
+// How the depth-wise schedule's tiles get the rows their convolutions' windows need beyond the
+// tile (the halo): each tile recomputes them, or a thread that runs the next tile of the same
+// image keeps the rows the two tiles share in its tile buffers ("rolling line buffers") and
+// computes only the new ones. Results are identical either way.
+enum class TileReuse { kHalo, kRolling };
+
 // Numeric precision of the GPU paths; anything but kFp32 changes results (reported as such).
 enum class GpuPrecision { kFp32, kTf32, kFp16 };
 
@@ -130,6 +136,11 @@ struct Options {
   // size hwloc reports) and a forced tile height in output rows (0: chosen by the planner).
   int64_t cache_budget_bytes = 0;
   int tile_rows = 0;
+  TileReuse tile_reuse = TileReuse::kRolling;
+  // On a machine with several NUMA nodes, one copy of the depth-wise columns' packed weights per
+  // node that has workers, each read by that node's workers (weights x nodes of memory). No
+  // effect on one node.
+  bool replicate_weights = false;
   // GPU paths only.
   GpuPrecision gpu_precision = GpuPrecision::kFp32;
   bool cuda_graphs = false;  // capture each run as a CUDA Graph and replay it

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -24,8 +24,9 @@ struct PackedConv::Impl {
   std::vector<float> bias;      // out_c values, zeros when the layer has none
   double sparsity = 0.0;        // fraction of exact zeros of the weight
   // Sparse kinds: all groups in one matrix [OC x IC/g*KH*KW], its offsets laid out for the
-  // whole input tensor (1x1) or for the phase planes of a chunk (the others).
-  std::optional<SparseMatrix> sparse;
+  // whole input tensor (1x1) or for the phase planes of a chunk (the others); the phase path
+  // splits it by input channels into K-blocks (see pack_sparse), every other kind has one.
+  std::vector<SparseMatrix> sparse;
   Isa sparse_isa = Isa::kPortable;
   // kSpmmPhases (see pack_sparse): output rows per chunk, the length of a phase row, and the
   // floats of one phase plane of the chunk buffer (they fix the packed offsets).
@@ -33,7 +34,7 @@ struct PackedConv::Impl {
   int64_t phase_w = 0;
   int64_t phase_plane = 0;
 
-  bool is_sparse() const { return sparse.has_value(); }
+  bool is_sparse() const { return !sparse.empty(); }
   bool is_gemm() const { return kind == Kind::kGemm1x1 || kind == Kind::kIm2colGemm; }
 };
 
@@ -47,6 +48,9 @@ constexpr int64_t kMinChunkPixels = 64;
 // reads once per non-zero of every output channel: at most this many floats (128 KiB), so that
 // it and the chunk's output stay in the 512 KiB L2 of a Zen 3 core.
 constexpr int64_t kPaddedBudget = 32 * 1024;
+// The floats of B one pixel tile of a K-block reads (see pack_sparse): 16 KiB, half of a Zen 3
+// core's L1, leaving room for the non-zeros and the output row streaming past.
+constexpr int64_t kSparseL1Budget = 4 * 1024;
 
 void check_geometry(const ConvGeometry& g) {
   const bool positive = g.in_c > 0 && g.in_h > 0 && g.in_w > 0 && g.out_c > 0 && g.out_h > 0 &&
@@ -174,7 +178,36 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
       }
     }
   }
-  impl.sparse.emplace(weight, g.out_c, depth, depth, 1, g.groups, offsets);
+  // K-blocks: a pixel tile of the kernel reads, per input channel, its tile of every phase plane
+  // plus the taps' reach (halo rows and columns). A 3x3 layer's channels overflow L1 at 64
+  // pixels (ResNet-50's 3x3 64 at 56x56: 46 KiB), so every non-zero's B row came from L2; the
+  // phase path instead runs the product over blocks of input channels whose tiles fit
+  // kSparseL1Budget, adding each block to the partial sums (SpmmArgs::accumulate). Grouped
+  // convolutions keep one block (a group's channels are already few), and so do strided ones:
+  // with this and the whole epilogue in the kernel (finish_row), ResNet-50's stride-1 3x3
+  // layers ran 1.0-1.7x faster at 90% and 95% (bench/spmm_bench.cc, ratios to the dense kernel
+  // of the same run, two runs), but its stride-2 one, whose 4 phase planes per channel left 9
+  // blocks of 15 channels (~6-13 non-zeros per row and block), ran 0.8x at 95%.
+  int64_t block_c = g.in_c;
+  if (impl.kind == Kind::kSpmmPhases && g.groups == 1 && g.stride_h == 1 && g.stride_w == 1) {
+    const int64_t tile = default_spmm_ukernel(impl.sparse_isa).tile;
+    const int64_t reach = (g.kernel_h - 1) * g.dilation_h / g.stride_h * impl.phase_w +
+                          (g.kernel_w - 1) * g.dilation_w / g.stride_w;
+    const int64_t per_channel = g.stride_h * g.stride_w * tile + reach;
+    const int64_t blocks = (g.in_c * per_channel + kSparseL1Budget - 1) / kSparseL1Budget;
+    block_c = (g.in_c + blocks - 1) / blocks;
+  }
+  for (int64_t c0 = 0; c0 < g.in_c; c0 += block_c) {
+    const int64_t c1 = std::min(g.in_c, c0 + block_c);
+    if (g.groups != 1) {
+      impl.sparse.emplace_back(weight, g.out_c, depth, depth, 1, g.groups, offsets);
+      break;
+    }
+    impl.sparse.emplace_back(
+        weight + c0 * taps, g.out_c, (c1 - c0) * taps, depth, 1, 1,
+        std::span<const int64_t>(offsets).subspan(static_cast<std::size_t>(c0 * taps),
+                                                  static_cast<std::size_t>((c1 - c0) * taps)));
+  }
 }
 
 }  // namespace
@@ -221,7 +254,8 @@ const char* PackedConv::weight_format() const {
 
 int64_t PackedConv::packed_bytes() const {
   int64_t bytes = static_cast<int64_t>(impl_->bias.size() * sizeof(float));
-  if (impl_->is_sparse()) return bytes + impl_->sparse->packed_bytes();
+  for (const SparseMatrix& block : impl_->sparse) bytes += block.packed_bytes();
+  if (impl_->is_sparse()) return bytes;
   if (impl_->kind == Impl::Kind::kDepthwise) {
     return bytes + static_cast<int64_t>(impl_->weight.size() * sizeof(float));
   }
@@ -292,16 +326,19 @@ void fill_phases(const ConvGeometry& g, const PlaneView& src, int64_t r0, int64_
   }
 }
 
-// dst[x] = post(residual[x] + acc[x]) for one output row whose bias and pre-residual activation
-// the kernel already applied. `residual` may be nullptr.
+// dst = post(residual + acc) for one output row whose bias and pre-residual activation the
+// kernel already applied; without a residual the kernel applied the whole epilogue and this is
+// a copy (it was one out-of-line apply_activation call per element). The activation is a
+// separate pass so that the add vectorizes.
 void finish_row(const float* acc, const float* residual, int64_t n, const Epilogue& e, float* dst) {
-  if (residual == nullptr && e.post_residual == Activation::kNone) {
+  if (residual == nullptr) {
     std::memcpy(dst, acc, static_cast<std::size_t>(n) * sizeof(float));
     return;
   }
+  for (int64_t x = 0; x < n; ++x) dst[x] = acc[x] + residual[x];
+  if (e.post_residual == Activation::kNone) return;
   for (int64_t x = 0; x < n; ++x) {
-    const float v = residual != nullptr ? acc[x] + residual[x] : acc[x];
-    dst[x] = apply_activation(e.post_residual, v, e.clip_min, e.clip_max);
+    dst[x] = apply_activation(e.post_residual, dst[x], e.clip_min, e.clip_max);
   }
 }
 
@@ -312,7 +349,7 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
                       int64_t oc_end, const Epilogue& epilogue, const PlaneView* residual,
                       std::vector<float>& scratch) {
   using Kind = PackedConv::Impl::Kind;
-  const SparseMatrix& a = *impl.sparse;
+  const SparseMatrix& a = impl.sparse.front();
   // Output rows [r0, r1) straight into dst (contiguous out_w-wide rows of each plane) with the
   // whole epilogue, from B rows at `offsets` from `b`.
   auto direct = [&](int64_t r0, int64_t r1, const float* b, const int32_t* offsets) {
@@ -347,8 +384,9 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
     return;
   }
 
-  // Phases: the kernel computes phase_w-wide rows into scratch; the residual and the activation
-  // after it are applied on the copy out, where the output's own row length applies.
+  // Phases: the kernel computes phase_w-wide rows into scratch, with the whole epilogue unless
+  // there is a residual: that one and the activation after it are applied on the copy out,
+  // where the output's own row length applies.
   const int64_t pw = impl.phase_w, halo = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
   const int64_t in_floats = g.in_c * g.stride_h * g.stride_w * impl.phase_plane;
   scratch.resize(static_cast<std::size_t>(in_floats + (oc_end - oc_begin) * impl.chunk_rows * pw));
@@ -359,11 +397,18 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
   inner.pre_residual = epilogue.pre_residual;
   inner.clip_min = epilogue.clip_min;
   inner.clip_max = epilogue.clip_max;
+  if (residual == nullptr) inner.post_residual = epilogue.post_residual;
   for (int64_t r0 = oh_begin; r0 < oh_end; r0 += impl.chunk_rows) {
     const int64_t rows = std::min(oh_end - r0, impl.chunk_rows);
     fill_phases(g, src, r0, r0 + rows, rows + halo, pw, impl.phase_plane, planes);
     const int64_t n = (rows - 1) * pw + g.out_w;
-    spmm(a, a.offsets(), oc_begin, oc_end, planes, n, out, n, inner, impl.sparse_isa);
+    // Block by block into the partial sums in `out`, the epilogue with the last block.
+    for (std::size_t b = 0; b < impl.sparse.size(); ++b) {
+      const SparseMatrix& block = impl.sparse[b];
+      const bool last = b + 1 == impl.sparse.size();
+      spmm(block, block.offsets(), oc_begin, oc_end, planes, n, out, n, last ? inner : Epilogue{},
+           impl.sparse_isa, b > 0);
+    }
     for (int64_t oc = oc_begin; oc < oc_end; ++oc) {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t oh = r0 + r;

@@ -13,6 +13,12 @@
 // 6x16 step reads 64 bytes of B per 12 FMAs (6 cycles), well within the 32 bytes per cycle L2
 // delivers.
 //
+// Tried on Zen 3 against this driver (medians of interleaved runs, thread CPU time, noisy shared
+// machine) and not kept: the BLIS order inside an M block (strips outer, panels inner) 0.63-1.08x
+// (0.63 on K = 16, 0.89-0.95 on the 3x3 and BERT shapes); KC = 384 or 512 instead of 256,
+// within noise (0.85-1.13x, no consistent sign); packing B row by row instead of strip by strip
+// 0.80-1.17x; aligning the packed B strips to 64 bytes, within noise (0.94-1.11x).
+//
 // Why B is packed (the micro-kernel reads it at whatever stride it is given): in place, a strip
 // is KC rows ldb floats apart, and the leading dimensions real layers have map those rows onto a
 // few cache sets. L1 is 8-way with 64 sets of 64 bytes (Zen 3 and Zen 5 alike), so a row stride

@@ -119,7 +119,7 @@ void f32_spmm__reference(const SpmmArgs& args) {
   const Epilogue* e = args.epilogue;
   for (int64_t row = 0; row < args.rows; ++row) {
     for (int64_t col = 0; col < args.n; ++col) {
-      double sum = 0.0;
+      double sum = args.accumulate ? static_cast<double>(args.dst[row * args.ldd + col]) : 0.0;
       for (int32_t j = args.row_ptr[row]; j < args.row_ptr[row + 1]; ++j) {
         sum += static_cast<double>(args.values[j]) *
                static_cast<double>(args.src[args.offsets[j] + col]);
@@ -138,7 +138,8 @@ void f32_spmm__reference(const SpmmArgs& args) {
 }
 
 void spmm(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
-          const float* src, int64_t n, float* dst, int64_t ldd, const Epilogue& epilogue, Isa isa) {
+          const float* src, int64_t n, float* dst, int64_t ldd, const Epilogue& epilogue, Isa isa,
+          bool accumulate) {
   if (row_begin < 0 || row_end > a.rows() || row_begin > row_end) {
     invalid(fmt::format("spmm: rows [{}, {}) of a {}-row matrix", row_begin, row_end, a.rows()));
   }
@@ -154,6 +155,7 @@ void spmm(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int6
   args.dst = dst;
   args.ldd = ldd;
   args.epilogue = &epilogue;
+  args.accumulate = accumulate;
   ukernel.fn(args);
 }
 
@@ -234,15 +236,18 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
       float* out = y + t0 * ldy + f0;
       transpose(yt, kSpmmTokenBlock, chunk, block, out, ldy);
       if (epilogue.residual == nullptr && epilogue.post_residual == Activation::kNone) continue;
+      // The add and the activation in separate passes, so that the add vectorizes (a call to
+      // apply_activation per element was most of this loop's cost).
       for (int64_t t = 0; t < block; ++t) {
         float* row = out + t * ldy;
-        const float* res = epilogue.residual != nullptr
-                               ? epilogue.residual + (t0 + t) * epilogue.residual_ld + f0
-                               : nullptr;
+        if (epilogue.residual != nullptr) {
+          const float* res = epilogue.residual + (t0 + t) * epilogue.residual_ld + f0;
+          for (int64_t f = 0; f < chunk; ++f) row[f] += res[f];
+        }
+        if (epilogue.post_residual == Activation::kNone) continue;
         for (int64_t f = 0; f < chunk; ++f) {
-          const float v = res != nullptr ? row[f] + res[f] : row[f];
-          row[f] =
-              apply_activation(epilogue.post_residual, v, epilogue.clip_min, epilogue.clip_max);
+          row[f] = apply_activation(epilogue.post_residual, row[f], epilogue.clip_min,
+                                    epilogue.clip_max);
         }
       }
     }

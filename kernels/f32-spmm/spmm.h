@@ -99,6 +99,10 @@ struct SpmmArgs {
   float* dst = nullptr;              // the region's first row, column 0
   int64_t ldd = 0;
   const Epilogue* epilogue = nullptr;  // nullptr: none; its pointers address the region's origin
+  // Whether the products add to what dst holds (a partial sum over earlier columns of A, see
+  // K-blocks of f32-conv/conv.cc) instead of starting from zero. The sum continues in the same
+  // order, so a product split by columns gives the same bits as one call.
+  bool accumulate = false;
 };
 
 using SpmmUkernelFn = void (*)(const SpmmArgs& args);
@@ -122,6 +126,15 @@ struct SpmmUkernel {
 // (bench/spmm_bench.cc, AVX2, Zen 3). Where depth x tile exceeds L1 (ResNet-50's 1024- and
 // 2048-deep 1x1 layers), every non-zero streams its B row from L2 (32 B/cycle on Zen 3) and the
 // kernels run at ~20-25 GFLOP/s on the non-zeros, a quarter of the dense GEMM's FMA rate.
+// Measured per non-zero (8 FMAs) with this loop on the bench shapes, thread CPU time, Zen 3:
+// ~2 ns over long rows with B in L1, ~3.7 ns with B in L2, ~4.8 ns in L3; rows of ~6 non-zeros
+// (1x1 layers 64 deep at 90%) ~3.5 ns even with B in L1 and every row the same length, so
+// neither branch misses nor B's cache level explain those. Tried and not kept (no gain or
+// slower, +-10% noise): two rows interleaved (2 x 4, 6, 7 or 8 vectors), tiles of 4 vectors,
+// the non-zero loop unrolled by 2, software prefetch of the next tile's B rows, rows sorted by
+// length, B tiles copied contiguous, and K-blocks of 1x1 layers (their rows split into blocks
+// of ~6 non-zeros: the per-row cost outweighs L1 hits). The 3x3 lowering, whose rows are 9x
+// longer, does use K-blocks (f32-conv/conv.cc).
 // Column tails use fewer vectors, each summed in the same order, so results do not depend on how
 // a caller splits the columns.
 #define SPARSECOL_F32_SPMM_UKERNELS(X)         \
@@ -145,9 +158,10 @@ void require_spmm_isa(Isa isa);
 // C = epilogue(A * B) over rows [row_begin, row_end) of A and n columns. `offsets` are A's
 // offsets (a.offsets() or a re-mapping from offsets_for()); `dst` and the epilogue's pointers
 // address row row_begin. Single-threaded.
+// With `accumulate`, the products add to what dst holds (see SpmmArgs::accumulate).
 void spmm(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
           const float* src, int64_t n, float* dst, int64_t ldd, const Epilogue& epilogue,
-          Isa isa = active_isa());
+          Isa isa = active_isa(), bool accumulate = false);
 
 // ---- Linear layers: Y[T x N] = epilogue(X[T x K] * W[K x N]) with W constant and pruned ----
 

@@ -94,9 +94,15 @@ inline void spmm_tile(const SpmmArgs& args, int64_t col, int64_t count) {
   const float* src = args.src + col;
   const Epilogue* e = args.epilogue;
   for (int64_t row = 0; row < args.rows; ++row) {
+    float* dst = args.dst + row * args.ldd + col;
     Vec acc[kVecs];
+    if (args.accumulate) {
 #pragma GCC unroll 8
-    for (int v = 0; v < kVecs; ++v) acc[v] = Vec{};
+      for (int v = 0; v < kVecs; ++v) acc[v] = tile_load<kVecs>(dst, v, tail);
+    } else {
+#pragma GCC unroll 8
+      for (int v = 0; v < kVecs; ++v) acc[v] = Vec{};
+    }
     const int64_t begin = args.row_ptr[row], end = args.row_ptr[row + 1];
     if (tail == 0) {
       for (int64_t j = begin; j < end; ++j) {
@@ -115,7 +121,6 @@ inline void spmm_tile(const SpmmArgs& args, int64_t col, int64_t count) {
     }
 
     if (e != nullptr) apply_epilogue<kVecs>(acc, *e, row, col, tail);
-    float* dst = args.dst + row * args.ldd + col;
 #pragma GCC unroll 8
     for (int v = 0; v < kVecs; ++v) {
       if (v == kVecs - 1 && tail != 0) {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 
 #include "f32-conv/conv.h"
+#include "f32-spmm/spmm.h"
 #include "graph/op_params.h"
 #include "plan/memory_plan.h"
 
@@ -15,10 +17,12 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-// The convolution kernel's im2col works on chunks of kernels::kIm2colBudgetFloats: its scratch
-// does not grow with the tile's height beyond that (but for very deep layers, see conv.h).
-constexpr int64_t kIm2colScratchCap = kernels::kIm2colBudgetFloats * int64_t{sizeof(float)};
+// The convolution kernels work on chunks of output rows whose scratch stays near
+// kernels::kIm2colBudgetFloats (the sparse path's padded rows and outputs too): the scratch does
+// not grow with the tile's height beyond that (but for very deep layers, see conv.h).
+constexpr int64_t kScratchChunkBytes = kernels::kIm2colBudgetFloats * int64_t{sizeof(float)};
 constexpr int64_t kMinTilePixels = 64;
+constexpr int64_t kNoCap = std::numeric_limits<int64_t>::max();
 
 const graph::Value& value_of(const graph::Graph& graph, int id) {
   return graph.values[static_cast<std::size_t>(id)];
@@ -214,8 +218,8 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
       computed += r * op.channels * op.width;
     }
     useful += op.rows * op.channels * op.width;
-    c.scratch_bytes =
-        std::max(c.scratch_bytes, std::min(kIm2colScratchCap, op.scratch_bytes_per_row * max_rows));
+    c.scratch_bytes = std::max(c.scratch_bytes,
+                               std::min(op.scratch_cap_bytes, op.scratch_bytes_per_row * max_rows));
     c.weight_bytes += op.weight_bytes;
     const int64_t tensor_bytes = op.batch * op.rows * op.row_bytes();
     (escapes[static_cast<std::size_t>(i)] ? c.bytes_to_memory : c.bytes_in_cache) += tensor_bytes;
@@ -233,27 +237,43 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
   return c;
 }
 
-// The weights stay in L2 beside the tile buffers when all fit. Otherwise they are streamed from
-// the shared L3 on every tile (all threads read the same ones), which still keeps the
+// The budget of a tier per core.
+int64_t tier_budget(Tier tier, const PlanOptions& options) {
+  if (tier == Tier::kL2) return options.cache_budget_bytes;
+  return static_cast<int64_t>(options.shared_cache_fraction *
+                              static_cast<double>(options.shared_cache_bytes) /
+                              std::max(1, options.threads));
+}
+
+// L2: the weights stay in L2 beside the tile buffers when all fit. Otherwise they are streamed
+// from the shared L3 on every tile (all threads read the same ones), which still keeps the
 // intermediates in L2 as long as the weights fit half the shared cache; with tiles of at least
 // kMinTilePixels pixels each weight read from L3 feeds 64+ FMAs, far above what L3 bandwidth
 // limits (~30 GB/s per core on current x86: ~500 GFMA/s at 64 FMAs per 4-byte weight).
-void size_working_set(Column& c, const PlanOptions& options) {
+// L3: everything lives in the shared cache, the weights once for all threads.
+void size_working_set(Column& c, Tier tier, const PlanOptions& options) {
   const int64_t activations = c.arena_bytes + c.scratch_bytes;
+  c.tier = tier;
+  c.budget_bytes = tier_budget(tier, options);
+  if (tier == Tier::kL3) {
+    c.weights_streamed = false;
+    c.working_set_bytes = activations + c.weight_bytes / std::max(1, options.threads);
+    return;
+  }
   c.weights_streamed = activations + c.weight_bytes > options.cache_budget_bytes;
   c.working_set_bytes = activations + (c.weights_streamed ? 0 : c.weight_bytes);
 }
 
 bool fits(const Column& c, const PlanOptions& options) {
   const bool weights_fit = !c.weights_streamed || c.weight_bytes <= options.shared_cache_bytes / 2;
-  return weights_fit && c.working_set_bytes <= options.cache_budget_bytes;
+  return weights_fit && c.working_set_bytes <= c.budget_bytes;
 }
 
-// The column of `ops` at the tallest tile that fits the budget, or nullopt when it is no valid
-// column, fits at no height, or recomputes too much.
+// The column of `ops` in tier `tier` at the tallest tile that fits the tier's budget, or
+// nullopt when it is no valid column, fits at no height, or recomputes too much.
 std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& facts,
-                                  const std::vector<TileOp>& ops, const PlanOptions& options,
-                                  bool* valid) {
+                                  const std::vector<TileOp>& ops, Tier tier,
+                                  const PlanOptions& options, bool* valid) {
   const int64_t height = ops.back().rows, batch = ops.back().batch;
   // Enough tiles for every thread even at batch 1 (twice as many, for balance), while a batch
   // that has as many images as threads is tiled for the cache alone.
@@ -265,16 +285,19 @@ std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& f
   // kernel's own minimum chunk is 64 pixels, kernels/f32-conv): tiles are at least that wide
   // unless the threads need more tiles.
   const int64_t min_rows = std::min(cap, ceil_div(kMinTilePixels, ops.back().width));
-  std::optional<Column> best = layout(graph, facts, ops, min_rows);
+  auto layout_at = [&](int64_t rows) {
+    std::optional<Column> c = layout(graph, facts, ops, rows);
+    if (c) size_working_set(*c, tier, options);
+    return c;
+  };
+  std::optional<Column> best = layout_at(min_rows);
   *valid = best.has_value();
-  if (best) size_working_set(*best, options);
   if (!best || !fits(*best, options)) return std::nullopt;
   // The working set grows with the tile height: binary search for the tallest that fits.
   int64_t lo = min_rows, hi = cap;
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
-    std::optional<Column> c = layout(graph, facts, ops, mid);
-    if (c) size_working_set(*c, options);
+    std::optional<Column> c = layout_at(mid);
     if (c && fits(*c, options)) {
       lo = mid;
       best = std::move(c);
@@ -282,13 +305,31 @@ std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& f
       hi = mid - 1;
     }
   }
-  if (best->tile_rows != lo) {
-    best = layout(graph, facts, ops, lo);
-    size_working_set(*best, options);
-  }
+  if (best->tile_rows != lo) best = layout_at(lo);
   if (ops.size() > 1 && best->halo_overhead > options.max_halo_overhead) return std::nullopt;
   return best;
 }
+
+// The longest columns from ops[0] on in one tier: any, and with one output only (it ends where a
+// block ends: nothing but its last value is read after it).
+struct Candidates {
+  std::optional<Column> best, best_single;
+  bool done = false;  // a valid column did not fit: a longer one fits even less
+  void consider(std::optional<Column> c, bool valid) {
+    if (!c) {
+      done = valid;
+      return;
+    }
+    if (c->outputs.size() == 1) best_single = c;
+    best = std::move(c);
+  }
+  // The longest, unless the single-output one is not much shorter: then the extra output costs
+  // more than the extra column.
+  std::optional<Column> pick() const {
+    if (best_single && 2 * best_single->ops.size() >= best->ops.size()) return best_single;
+    return best;
+  }
+};
 
 std::string kib(int64_t bytes) {
   if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
@@ -302,6 +343,8 @@ std::string op_label(const graph::Node& node) {
 }
 
 }  // namespace
+
+const char* to_string(Tier tier) { return tier == Tier::kL2 ? "L2" : "L3"; }
 
 RowRange hull(RowRange a, RowRange b) {
   if (a.empty()) return b;
@@ -323,8 +366,8 @@ bool Column::is_output(int op) const {
          outputs.end();
 }
 
-std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index,
-                                   std::string* why_not) {
+std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, std::string* why_not,
+                                   double sparse_threshold) {
   const graph::Node& node = graph.nodes[static_cast<std::size_t>(node_index)];
   auto refuse = [&](const char* why) -> std::optional<TileOp> {
     *why_not = why;
@@ -347,6 +390,7 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index,
   op.rows = (*y)[2];
   op.width = (*y)[3];
   op.inputs.assign(node.inputs.size(), RowMap{});
+  op.scratch_cap_bytes = kNoCap;
   const std::optional<Dims> x = dims_of(graph, node.input(0));
   if (!x || x->size() != 4 || !is_f32(graph, node.input(0)) || (*x)[0] != op.batch) {
     return refuse("input 0 is not a float32 NCHW tensor of the output's batch");
@@ -361,16 +405,44 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index,
     const graph::ConvParams p = graph::parse_conv(
         graph, node, *x, w_dims, b >= 0 ? dims_of(graph, b) : std::optional<Dims>{});
     op.inputs[0] = window_map(p.window);
-    op.weight_bytes = bytes_of(graph, w) + (b >= 0 ? bytes_of(graph, b) : 0);
+    const int64_t bias_bytes = b >= 0 ? bytes_of(graph, b) : 0;
+    op.weight_bytes = bytes_of(graph, w) + bias_bytes;
     const bool depthwise = p.group == p.in_channels && p.group == p.out_channels;
     const bool pointwise = numel(p.window.kernel) == 1 && numel(p.window.strides) == 1 &&
                            p.window.pads_begin[0] == 0 && p.window.pads_begin[1] == 0;
+    // The same choice as kernels::PackedConv (f32-conv/conv.cc): depth-wise convolutions stay
+    // dense, any other runs sparse from the threshold on.
+    const graph::Value& weight = value_of(graph, w);
+    const float* wd = weight.constant->data<float>();
+    const int64_t wn = weight.constant->numel();
+    op.sparse = !depthwise && kernels::zero_fraction(wd, wn) >=
+                                  kernels::resolve_sparse_threshold(
+                                      sparse_threshold, kernels::SparseLayerKind::kConv);
+    const int64_t taps = numel(p.window.kernel);
+    if (op.sparse) {
+      // kernels::SparseMatrix::packed_bytes: a value and an offset per non-zero, a row pointer
+      // per output channel; ResNet-50 s90's layer3 streams 0.9 MiB per block instead of 4.3.
+      const int64_t nnz = wn - static_cast<int64_t>(std::count(wd, wd + wn, 0.0f));
+      op.weight_bytes = nnz * 8 + (p.out_channels + 1) * 4 + bias_bytes;
+    }
     if (depthwise) {
       // One channel's padded input rows at a time (kernels/f32-dwconv).
       op.scratch_bytes_per_row = p.window.strides[0] * (p.window.in_size[1] + 2 * 8) * 4;
+    } else if (op.sparse && !pointwise) {
+      // No im2col: a zero-padded copy of the chunk's input rows split by stride phase, and the
+      // chunk's output rows (phase_w wide) before the epilogue copies them out (conv.cc).
+      const int64_t phase_w =
+          op.width + (p.window.kernel[1] - 1) * p.window.dilations[1] / p.window.strides[1];
+      op.scratch_bytes_per_row =
+          (p.in_channels * numel(p.window.strides) + p.out_channels) * phase_w * 4;
+      op.scratch_cap_bytes = kScratchChunkBytes;
     } else if (!pointwise) {
-      // im2col: the group's input channels x taps for every output pixel of the row.
-      op.scratch_bytes_per_row = p.in_channels / p.group * numel(p.window.kernel) * op.width * 4;
+      // im2col: the group's input channels x taps for every output pixel of the row, in
+      // chunks of kIm2colBudgetFloats but of at least kMinTilePixels pixels (conv.cc): a deep
+      // layer's chunk is larger (ResNet-50's 4608-deep 7-wide layer: 7 rows, 884 KiB).
+      op.scratch_bytes_per_row = p.in_channels / p.group * taps * op.width * 4;
+      op.scratch_cap_bytes = std::max(
+          kScratchChunkBytes, op.scratch_bytes_per_row * ceil_div(kMinTilePixels, op.width));
     }
   } else if (node.op_type == "MaxPool" || node.op_type == "AveragePool") {
     const graph::PoolParams p = graph::parse_pool(graph, node, *x);
@@ -420,29 +492,48 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
   const GraphFacts facts = graph_facts(graph);
   std::vector<std::optional<TileOp>> tile_ops(n);
   for (std::size_t i = 0; i < n; ++i) {
-    tile_ops[i] = make_tile_op(graph, static_cast<int>(i), &plan.why_whole[i]);
+    tile_ops[i] =
+        make_tile_op(graph, static_cast<int>(i), &plan.why_whole[i], options.sparse_threshold);
   }
+  // The L3 tier pays only where layer by layer spills the L3: at batch 1 ResNet-50's largest
+  // activation (3.1 MiB) stays in a 32 MiB L3 anyway, and L3 columns of short row tiles lost
+  // (ResNet-50 90% pruned b1 on a quiet machine: 0.80x layer by layer, against 1.00x with L2
+  // columns; at b16, 49 MiB activations, 1.16-1.33x against 1.11x).
+  int64_t largest = 0;
+  for (const std::optional<TileOp>& op : tile_ops) {
+    if (op) largest = std::max(largest, op->batch * op->rows * op->row_bytes());
+  }
+  const bool l3_tier =
+      tier_budget(Tier::kL3, options) > options.cache_budget_bytes &&
+      static_cast<double>(largest) > options.shared_cache_fraction * options.shared_cache_bytes;
   for (std::size_t i = 0; i < n;) {
     if (!tile_ops[i]) {
       ++i;
       continue;
     }
-    // The longest column that fits, and the longest with one output only (it ends where a
-    // block ends: nothing but its last value is read after it).
-    std::optional<Column> best, best_single;
+    Candidates l2, l3;
+    l3.done = !l3_tier;
     std::vector<TileOp> ops;
-    for (std::size_t end = i;
-         end < n && tile_ops[end] && ops.size() < static_cast<std::size_t>(options.max_column_ops);
+    for (std::size_t end = i; end < n && tile_ops[end] && !(l2.done && l3.done) &&
+                              ops.size() < static_cast<std::size_t>(options.max_column_ops);
          ++end) {
       ops.push_back(*tile_ops[end]);
-      bool valid = false;
-      std::optional<Column> c = choose_tile(graph, facts, ops, options, &valid);
-      if (c) {
-        if (c->outputs.size() == 1) best_single = c;
-        best = std::move(c);
-      } else if (valid) {
-        break;  // a valid column that does not fit: a longer one fits even less
+      for (auto [tier, tc] : {std::pair{Tier::kL2, &l2}, std::pair{Tier::kL3, &l3}}) {
+        if (tc->done) continue;
+        bool valid = false;
+        tc->consider(choose_tile(graph, facts, ops, tier, options, &valid), valid);
       }
+    }
+    // The tier whose column covers more ops: an L3 column that spans several residual blocks
+    // keeps their outputs off memory, which the L2 tier (one block per column) cannot. Measured
+    // (sparsecol bench, 2 threads, depth-wise / layer-by-layer medians, same binary with the L3
+    // tier off and on): ResNet-50 b16 1.06x -> 1.35x, b1 1.20x -> 1.67x; ResNet-50 90% pruned
+    // b16 1.21-1.29x -> 1.25-1.40x (noisy shared machine). Filling 3/4 rather than 1/2 of the
+    // L3 share (shared_cache_fraction) did not pay: 1.24-1.26x on the pruned model.
+    std::optional<Column> best = l2.best ? l2.pick() : std::nullopt;
+    if (l3.best) {
+      std::optional<Column> deep = l3.pick();
+      if (!best || deep->ops.size() > best->ops.size()) best = std::move(deep);
     }
     if (!best) {
       plan.why_whole[i] =
@@ -451,11 +542,10 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
       ++i;
       continue;
     }
-    // Unless it is much shorter: then the extra output costs less than the extra column.
-    if (best_single && 2 * best_single->ops.size() >= best->ops.size()) best = best_single;
     if (options.tile_rows > 0) {
+      const Tier tier = best->tier;
       best = layout(graph, facts, std::move(best->ops), options.tile_rows);
-      size_working_set(*best, options);
+      size_working_set(*best, tier, options);
     }
     for (const TileOp& op : best->ops) {
       plan.column_of[static_cast<std::size_t>(op.node)] = static_cast<int>(plan.columns.size());
@@ -472,17 +562,23 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
     plan.layerwise_bytes += written;
     if (plan.column_of[i] < 0) plan.depthwise_bytes += written;
   }
-  for (const Column& c : plan.columns) plan.depthwise_bytes += c.bytes_to_memory;
+  for (const Column& c : plan.columns) {
+    plan.depthwise_bytes += c.bytes_to_memory;
+    (c.tier == Tier::kL2 ? plan.bytes_in_l2 : plan.bytes_in_l3) += c.bytes_in_cache;
+  }
   return plan;
 }
 
 std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
   const PlanOptions& o = plan.options;
   std::string out = fmt::format(
-      "depth-wise plan: cache budget {} per core, {} threads{}{}\n", kib(o.cache_budget_bytes),
-      o.threads, o.shared_cache_bytes > 0 ? ", shared cache " + kib(o.shared_cache_bytes) : "",
+      "depth-wise plan: L2 budget {} per core, {} threads{}{}\n", kib(o.cache_budget_bytes),
+      o.threads,
+      tier_budget(Tier::kL3, o) > o.cache_budget_bytes
+          ? fmt::format(", shared L3 {} (L3 budget {} per core)", kib(o.shared_cache_bytes),
+                        kib(tier_budget(Tier::kL3, o)))
+          : ", no L3 tier",
       o.tile_rows > 0 ? fmt::format(", tile height forced to {} rows", o.tile_rows) : "");
-  int64_t kept = 0;
   for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
     const graph::Node& node = graph.nodes[i];
     const int col = plan.column_of[i];
@@ -493,23 +589,26 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
     }
     const Column& c = plan.columns[static_cast<std::size_t>(col)];
     if (c.ops.front().node != static_cast<int>(i)) continue;
-    kept += c.bytes_in_cache;
     out += fmt::format(
-        "  column {}: {} ops, tiles of {} of {} rows ({} per image), working set {} (tile "
-        "buffers {}, scratch {}, weights {}{}), halo overhead {:.1f}%, intermediates in cache {}, "
-        "to memory {}\n",
-        col, c.ops.size(), c.tile_rows, c.ops.back().rows, c.tiles_per_image,
-        kib(c.working_set_bytes), kib(c.arena_bytes), kib(c.scratch_bytes), kib(c.weight_bytes),
-        c.weights_streamed ? " streamed from the shared cache" : "", 100.0 * c.halo_overhead,
-        kib(c.bytes_in_cache), kib(c.bytes_to_memory));
+        "  column {} ({}): {} ops, tiles of {} of {} rows ({} per image), working set {} of {} "
+        "(tile buffers {}, scratch {}, weights {}{}), halo overhead {:.1f}%, intermediates in "
+        "{} {}, to memory {}\n",
+        col, to_string(c.tier), c.ops.size(), c.tile_rows, c.ops.back().rows, c.tiles_per_image,
+        kib(c.working_set_bytes), kib(c.budget_bytes), kib(c.arena_bytes), kib(c.scratch_bytes),
+        kib(c.weight_bytes),
+        c.weights_streamed    ? " streamed from the shared cache"
+        : c.tier == Tier::kL3 ? " shared by the threads"
+                              : "",
+        100.0 * c.halo_overhead, to_string(c.tier), kib(c.bytes_in_cache), kib(c.bytes_to_memory));
     for (std::size_t k = 0; k < c.ops.size(); ++k) {
       const TileOp& op = c.ops[k];
       int64_t rows = 0;
       for (const auto& tile : c.rows) rows = std::max(rows, tile[k].size());
       const graph::Node& n = graph.nodes[static_cast<std::size_t>(op.node)];
-      out += fmt::format("           {:<16} {:<28} [{}, {}, {}, {}]  up to {} rows per tile{}\n",
+      out += fmt::format("           {:<16} {:<28} [{}, {}, {}, {}]  up to {} rows per tile{}{}\n",
                          op_label(n), "'" + n.name + "'", op.batch, op.channels, op.rows, op.width,
-                         rows, c.is_output(static_cast<int>(k)) ? ", to memory" : "");
+                         rows, op.sparse ? ", sparse" : "",
+                         c.is_output(static_cast<int>(k)) ? ", to memory" : "");
     }
   }
   const double ratio = plan.depthwise_bytes > 0
@@ -517,8 +616,9 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
                            : 0.0;
   out += fmt::format(
       "intermediates per run: layer by layer {} to memory; depth-wise {} to memory, {} kept in "
-      "cache ({:.1f}x fewer bytes to memory)\n",
-      kib(plan.layerwise_bytes), kib(plan.depthwise_bytes), kib(kept), ratio);
+      "L2 and {} in L3 tile buffers ({:.1f}x fewer bytes to memory)\n",
+      kib(plan.layerwise_bytes), kib(plan.depthwise_bytes), kib(plan.bytes_in_l2),
+      kib(plan.bytes_in_l3), ratio);
   if (plan.columns.empty()) {
     // Token models (BERT: [batch, tokens, features]) are not tiled yet: tiling along tokens
     // needs the attention's whole-sequence ops to end columns, which a first version leaves out.

@@ -11,6 +11,12 @@
 // column) are written to memory. Ops that need the whole tensor (global pooling, Gemm, MatMul,
 // Flatten, Softmax, ...) run on their own, layer by layer, between columns.
 //
+// Two tiers. An L2 column keeps its tile buffers in one core's L2: short columns (about one
+// residual block) of row tiles. An L3 column keeps them in the core's share of the shared L3:
+// its tiles may be whole images and it may span several residual blocks or a whole stage, so
+// the block outputs inside it never reach memory either. Per start node the planner takes the
+// tier whose column covers more ops (see plan_columns for why that pays).
+//
 // Everything here is in graph terms (no kernels): the executor binds kernels to the plan.
 #pragma once
 
@@ -56,20 +62,35 @@ struct TileOp {
   int output = -1;             // its output value
   std::vector<RowMap> inputs;  // one per node input, epilogue operands included
   int64_t batch = 0, channels = 0, rows = 0, width = 0;  // of the output, NCHW
-  int64_t weight_bytes = 0;                              // float constants read (weights, bias)
-  // Per-thread kernel scratch per output row (im2col columns, the padded window copies).
+  // Bytes of constants the kernel streams per tile: the packed sparse weight (values, offsets,
+  // row pointers) when it runs through the sparse kernels, else the float weights and bias.
+  int64_t weight_bytes = 0;
+  bool sparse = false;  // a Conv whose weight runs through the sparse kernels
+  // Per-thread kernel scratch per output row (im2col columns, the padded window copies, the
+  // sparse kernels' zero-padded input rows), and its cap (the kernels work in chunks).
   int64_t scratch_bytes_per_row = 0;
+  int64_t scratch_cap_bytes = 0;
   int64_t row_bytes() const { return channels * width * 4; }  // one output row, all channels
 };
 
 // The node as a tile op, or nullopt with `why_not` saying why it needs the whole tensor.
-std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node, std::string* why_not);
+// `sparse_threshold` as Options::sparse_threshold (which Conv weights the sparse kernels run).
+std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node, std::string* why_not,
+                                   double sparse_threshold = -1.0);
+
+enum class Tier { kL2, kL3 };
+const char* to_string(Tier tier);
 
 struct PlanOptions {
   int64_t cache_budget_bytes = 512 * 1024;  // one core's L2 (hwloc) unless overridden
-  int64_t shared_cache_bytes = 0;           // L3, for the report (0: unknown)
-  int64_t tile_rows = 0;                    // forced tile height of every column (0: chosen)
+  // The L3 (hwloc), shared by the threads; 0: unknown or not to be used (no L3 tier).
+  int64_t shared_cache_bytes = 0;
+  // The fraction of a thread's share of the L3 (shared_cache_bytes / threads) an L3 column's
+  // working set may fill: the rest holds the column's inputs and outputs streaming through.
+  double shared_cache_fraction = 0.5;
+  int64_t tile_rows = 0;  // forced tile height of every column (0: chosen)
   int threads = 1;
+  double sparse_threshold = -1.0;  // Options::sparse_threshold
   // A column grows only while the rows it recomputes stay below this fraction of the useful
   // rows (halo recomputation costs FLOPs; a column that is too deep loses more than it saves).
   double max_halo_overhead = 0.3;
@@ -77,6 +98,7 @@ struct PlanOptions {
 };
 
 struct Column {
+  Tier tier = Tier::kL2;     // where the tile buffers live
   std::vector<TileOp> ops;   // consecutive nodes; ops.back() produces the anchor
   std::vector<int> inputs;   // values read from memory (produced before, or graph inputs)
   std::vector<int> outputs;  // values written to memory, the anchor first
@@ -88,12 +110,16 @@ struct Column {
   // (written straight to memory); buffers whose lifetimes do not overlap share bytes.
   std::vector<int64_t> buffer_offset;
   int64_t arena_bytes = 0, scratch_bytes = 0, weight_bytes = 0;
-  // What one core keeps hot per tile: arena + scratch + the weights, unless they do not fit
-  // beside the rest: then they are streamed from the shared cache on every tile.
+  // What one core keeps hot per tile, against its tier's budget. L2: arena + scratch + the
+  // weights, unless they do not fit beside the rest: then they are streamed from the shared
+  // cache on every tile. L3: arena + scratch + the core's share of the weights (all threads
+  // read the same ones).
   int64_t working_set_bytes = 0;
+  int64_t budget_bytes = 0;  // the tier's budget it fits
   bool weights_streamed = false;
   double halo_overhead = 0.0;    // recomputed output elements / useful ones
   int64_t bytes_in_cache = 0;    // per run: intermediates that never leave the tile buffers
+                                 // (in the column's tier: L2 or L3)
   int64_t bytes_to_memory = 0;   // per run: the column's outputs
   bool is_output(int op) const;  // ops[op]'s output is written to memory
 };
@@ -105,11 +131,12 @@ struct TilePlan {
   PlanOptions options;
   int64_t layerwise_bytes = 0;  // per run: every node output written to memory (views excluded)
   int64_t depthwise_bytes = 0;  // per run: column outputs plus outputs of nodes run whole
+  int64_t bytes_in_l2 = 0, bytes_in_l3 = 0;  // per run: intermediates kept in tile buffers
 };
 
 // Partitions a specialized graph (every shape concrete) into columns, greedily: from each
 // tileable node, the longest run of tileable nodes that forms a valid column whose working set
-// fits the cache budget at some tile height and whose halo overhead stays under the limit.
+// fits a tier's budget at some tile height and whose halo overhead stays under the limit.
 TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options);
 
 // Lays out one candidate column with tile height `tile_rows` (rows, ownership, buffers, working

@@ -1,8 +1,9 @@
 // libFuzzer target: arbitrary bytes as an ONNX model, through what Engine::load and
 // Session::run do: import (protobuf parse, checker, shape inference), the load-time passes, and,
-// when the model imports, specialization to small input shapes and a run with the reference
-// executor on deterministic inputs. The only exception allowed out of any step is
-// sparsecol::Error; anything else (another exception, a sanitizer report, a signal) is a bug.
+// when the model imports, specialization to small input shapes and a run with the layer-wise,
+// depth-wise and reference executors on deterministic inputs. The only exception allowed out of any
+// step is sparsecol::Error; anything else (another exception, a sanitizer report, a signal) is a
+// bug.
 //
 // Built only with -DSPARSECOL_FUZZ=ON (clang, see tests/CMakeLists.txt); .ci/run fuzzes it for
 // a bounded time from a corpus written by sparsecol_fuzz_corpus.
@@ -103,7 +104,22 @@ void import_optimize_run(const uint8_t* data, std::size_t size) {
   }
   graph::Graph specialized = graph::specialize(g, shapes, sparsecol::runtime::evaluate_node);
   if (graph_bytes(specialized) < 0) return;
-  sparsecol::runtime::make_reference_executor(std::move(specialized))->run(inputs);
+  // The fast executors bind kernels to the graph (geometry, packing, memory and tile plans) and
+  // must refuse what they cannot run with an Error as well. One thread each: the fuzzer wants
+  // executions per second, and their threading is the concurrency test's job. Their outputs are
+  // not compared with the reference's: arbitrary weights and inputs overflow and produce NaNs
+  // that kernels may legitimately order differently.
+  // Each executor gets its try: one refusing the model must not hide the others.
+  const sparsecol::Options options;
+  auto attempt = [&](auto make_executor) {
+    try {
+      make_executor()->run(inputs);
+    } catch (const sparsecol::Error&) {
+    }
+  };
+  attempt([&] { return sparsecol::runtime::make_layerwise_executor(specialized, 1, options); });
+  attempt([&] { return sparsecol::runtime::make_depthwise_executor(specialized, 1, options); });
+  attempt([&] { return sparsecol::runtime::make_reference_executor(specialized); });
 }
 
 }  // namespace

@@ -366,17 +366,28 @@ std::vector<ModelCase> pytorch_cases() {
 // arithmetic of an output element.
 class DepthwiseTileTest : public ModelTest {};
 
+// Both ways a tile gets its halo rows (recomputed, or kept in rolling line buffers from the
+// thread's previous tile, which depends on how the threads split the tiles): one thread (every
+// tile continues its predecessor) and three (ranges split unevenly, stolen in halves).
+// ParallelModelTest covers 1 to 4 threads on the planner's own tiles.
 TEST_P(DepthwiseTileTest, ForcedTileHeightsDoNotChangeOutput) {
   const ModelRun& base = run();
-  for (int rows : {1, 7, 1000}) {
-    Options options;
-    options.schedule = Schedule::kDepthWise;
-    options.threads = 3;
-    options.tile_rows = rows;
-    const Tensor actual = run_model(Engine::load(files_.onnx, options), base.input);
-    const double tolerance =
-        1e-6 * test::diff_tensors(base.actual, base.actual, 0, 0).max_abs_expected;
-    EXPECT_TRUE(test::tensors_near(actual, base.actual, 0, tolerance)) << rows << " tile rows";
+  for (TileReuse reuse : {TileReuse::kHalo, TileReuse::kRolling}) {
+    for (int threads : {1, 3}) {
+      for (int rows : {1, 7, 1000}) {
+        Options options;
+        options.schedule = Schedule::kDepthWise;
+        options.threads = threads;
+        options.tile_rows = rows;
+        options.tile_reuse = reuse;
+        const Tensor actual = run_model(Engine::load(files_.onnx, options), base.input);
+        const double tolerance =
+            1e-6 * test::diff_tensors(base.actual, base.actual, 0, 0).max_abs_expected;
+        EXPECT_TRUE(test::tensors_near(actual, base.actual, 0, tolerance))
+            << (reuse == TileReuse::kHalo ? "halo" : "rolling") << ", " << threads << " threads, "
+            << rows << " tile rows";
+      }
+    }
   }
 }
 

@@ -1,22 +1,29 @@
 // The depth-wise executor computes what the reference executor computes, whatever the thread
-// count, the tile height (1 row, a prime, taller than the image) and the cache budget.
+// count, the tile height (1 row, a prime, taller than the image), the cache budget and the way
+// tiles get their halo rows (recomputed, or kept in rolling line buffers): bit for bit what the
+// layer-by-layer executor computes, since tiles change where work is cut, not the arithmetic.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "graph/passes.h"
 #include "graph_builder.h"
+#include "plan/tile_plan.h"
+#include "runtime/depthwise/line_buffers.h"
 
 namespace sparsecol::testing {
 namespace {
 
-std::unique_ptr<runtime::Executor> depthwise(graph::Graph g, const NamedTensors& inputs,
-                                             int threads, const Options& options) {
+graph::Graph specialized(graph::Graph g, const NamedTensors& inputs) {
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& [name, t] : inputs) shapes[name] = t.shape();
   graph::optimize(g, runtime::evaluate_node);
-  return runtime::make_depthwise_executor(graph::specialize(g, shapes, runtime::evaluate_node),
-                                          threads, options);
+  return graph::specialize(g, shapes, runtime::evaluate_node);
+}
+
+std::unique_ptr<runtime::Executor> depthwise(graph::Graph g, const NamedTensors& inputs,
+                                             int threads, const Options& options) {
+  return runtime::make_depthwise_executor(specialized(std::move(g), inputs), threads, options);
 }
 
 float max_abs(const Tensor& t) {
@@ -31,27 +38,38 @@ struct Variant {
   int64_t cache_budget = 0;  // 0: the machine's L2
 };
 
-// Depth-wise against the unoptimized graph on the reference executor, for each variant; every
-// variant must also agree with the first to rounding (tiles compute each element the same way).
+const char* name_of(TileReuse reuse) { return reuse == TileReuse::kHalo ? "halo" : "rolling"; }
+
+// Depth-wise against the unoptimized graph on the reference executor to rounding, and against
+// the layer-by-layer executor exactly, for each variant and both ways of reusing tiles.
 void expect_matches_reference(const graph::Graph& g, const NamedTensors& inputs) {
   const NamedTensors expected = run_reference(g, inputs);
+  Options layerwise_options;
+  const NamedTensors layerwise =
+      runtime::make_layerwise_executor(specialized(g, inputs), 2, layerwise_options)->run(inputs);
   std::vector<Variant> variants;
   for (int threads : {1, 2, 3, 4}) {
-    for (int rows : {0, 1, 5, 1000}) variants.push_back({threads, rows});
+    for (int rows : {0, 1, 5, 7, 1000}) variants.push_back({threads, rows});
   }
   variants.push_back({2, 0, 8 << 10});  // a budget so small that most ops run whole
   variants.push_back({3, 3, 64 << 10});
-  for (const Variant& v : variants) {
-    Options options;
-    options.tile_rows = v.tile_rows;
-    options.cache_budget_bytes = v.cache_budget;
-    const NamedTensors actual = depthwise(g, inputs, v.threads, options)->run(inputs);
-    ASSERT_EQ(actual.size(), expected.size());
-    for (const auto& [name, t] : expected) {
-      const float tolerance = 1e-4f * std::max(1.0f, max_abs(t));
-      EXPECT_LE(max_abs_diff(t, actual.at(name)), tolerance)
-          << name << ": threads " << v.threads << ", tile rows " << v.tile_rows << ", budget "
-          << v.cache_budget;
+  for (TileReuse reuse : {TileReuse::kHalo, TileReuse::kRolling}) {
+    for (const Variant& v : variants) {
+      Options options;
+      options.tile_rows = v.tile_rows;
+      options.cache_budget_bytes = v.cache_budget;
+      options.tile_reuse = reuse;
+      const NamedTensors actual = depthwise(g, inputs, v.threads, options)->run(inputs);
+      ASSERT_EQ(actual.size(), expected.size());
+      for (const auto& [name, t] : expected) {
+        const float tolerance = 1e-4f * std::max(1.0f, max_abs(t));
+        EXPECT_LE(max_abs_diff(t, actual.at(name)), tolerance)
+            << name << ": " << name_of(reuse) << ", threads " << v.threads << ", tile rows "
+            << v.tile_rows << ", budget " << v.cache_budget;
+        EXPECT_EQ(max_abs_diff(layerwise.at(name), actual.at(name)), 0.0f)
+            << name << " differs from layer by layer: " << name_of(reuse) << ", threads "
+            << v.threads << ", tile rows " << v.tile_rows << ", budget " << v.cache_budget;
+      }
     }
   }
 }
@@ -89,18 +107,75 @@ TEST(Depthwise, ElementwiseOpsAndEscapingIntermediatesMatchReference) {
   expect_matches_reference(eltwise_net(), {{"x", random_tensor({2, 4, 15, 9}, 21)}});
 }
 
+// Rows kept in rolling buffers from one run must not leak into the next (every run's first
+// tile of a thread recomputes its halo).
 TEST(Depthwise, SecondRunInReusedBuffersGivesTheSameResult) {
   const NamedTensors inputs = {{"x", random_tensor({2, 3, 13, 11}, 22)}};
-  Options options;
-  options.tile_rows = 2;
-  auto executor = depthwise(residual_cnn(), inputs, 2, options);
-  const NamedTensors first = executor->run(inputs);
-  const NamedTensors other = executor->run({{"x", random_tensor({2, 3, 13, 11}, 23)}});
-  const NamedTensors again = executor->run(inputs);
-  for (const auto& [name, t] : first) {
-    EXPECT_EQ(max_abs_diff(t, again.at(name)), 0.0f) << name;
-    EXPECT_GT(max_abs_diff(t, other.at(name)), 0.0f) << name << " ignores its input";
+  for (TileReuse reuse : {TileReuse::kHalo, TileReuse::kRolling}) {
+    Options options;
+    options.tile_rows = 2;
+    options.tile_reuse = reuse;
+    auto executor = depthwise(residual_cnn(), inputs, 2, options);
+    const NamedTensors first = executor->run(inputs);
+    const NamedTensors other = executor->run({{"x", random_tensor({2, 3, 13, 11}, 23)}});
+    const NamedTensors again = executor->run(inputs);
+    for (const auto& [name, t] : first) {
+      EXPECT_EQ(max_abs_diff(t, again.at(name)), 0.0f) << name << ", " << name_of(reuse);
+      EXPECT_GT(max_abs_diff(t, other.at(name)), 0.0f)
+          << name << " ignores its input, " << name_of(reuse);
+    }
   }
+}
+
+// A thread that runs an image's tiles in order computes each row of an op once with rolling
+// buffers (what it keeps plus what it computes is exactly what the tile needs), where halo
+// recomputation computes the rows its tiles share more than once.
+TEST(Depthwise, RollingBuffersComputeEachRowOnce) {
+  const std::pair<graph::Graph, std::vector<int64_t>> graphs[] = {{residual_cnn(), {1, 3, 13, 11}},
+                                                                  {eltwise_net(), {1, 4, 15, 9}}};
+  for (const auto& [g, shape] : graphs) {
+    const graph::Graph s = specialized(g, {{"x", random_tensor(shape, 1)}});
+    for (int64_t rows : {1, 2, 5}) {
+      plan::PlanOptions options;
+      options.tile_rows = rows;
+      const plan::TilePlan plan = plan::plan_columns(s, options);
+      ASSERT_FALSE(plan.columns.empty());
+      int64_t recomputed_by_halo = 0;
+      for (const plan::Column& c : plan.columns) {
+        for (std::size_t i = 0; i < c.ops.size(); ++i) {
+          int64_t halo = 0, rolling = 0;
+          plan::RowRange needed;
+          for (std::size_t t = 0; t < c.rows.size(); ++t) {
+            const plan::RowRange r = c.rows[t][i];
+            const plan::RowRange kept =
+                t > 0 ? runtime::depthwise::kept_rows(c.rows[t - 1][i], r) : plan::RowRange{};
+            if (!kept.empty()) {
+              EXPECT_EQ(kept.begin, r.begin) << "kept rows are a prefix";
+            }
+            halo += r.size();
+            rolling += r.size() - kept.size();
+            needed = plan::hull(needed, r);
+          }
+          EXPECT_EQ(rolling, needed.size()) << "column op " << i << ", " << rows << " tile rows";
+          recomputed_by_halo += halo - needed.size();
+        }
+      }
+      // One row per tile: every 3x3 window of the column needs rows of the neighbouring tiles.
+      if (rows == 1) {
+        EXPECT_GT(recomputed_by_halo, 0);
+      }
+    }
+  }
+}
+
+TEST(Depthwise, KeptRowsAreTheOverlapOfConsecutiveTiles) {
+  using runtime::depthwise::kept_rows;
+  EXPECT_EQ(kept_rows({0, 5}, {3, 9}), (plan::RowRange{3, 5}));
+  EXPECT_TRUE(kept_rows({0, 5}, {5, 9}).empty()) << "adjacent tiles share nothing";
+  EXPECT_TRUE(kept_rows({0, 5}, {7, 9}).empty()) << "a gap (strided reader)";
+  EXPECT_TRUE(kept_rows({}, {0, 4}).empty()) << "the previous tile computed nothing";
+  EXPECT_TRUE(kept_rows({2, 5}, {1, 6}).empty()) << "not monotone: recompute";
+  EXPECT_EQ(kept_rows({2, 9}, {4, 9}), (plan::RowRange{4, 9})) << "the last tile, all kept";
 }
 
 // The per-tile profile: one event per op per tile, on the worker threads that ran them.
@@ -125,6 +200,18 @@ TEST(Depthwise, ProfilerRecordsEachOpOnEachTile) {
     column = column || info.implementation.rfind("column ", 0) == 0;
   }
   EXPECT_TRUE(column);
+}
+
+// Weight copies per NUMA node: a no-op on this one-node machine, which must still run (the
+// copy's kernels are the ones bound) and give the same bits.
+TEST(Depthwise, ReplicatedWeightsGiveTheSameResult) {
+  const NamedTensors inputs = {{"x", random_tensor({2, 3, 13, 11}, 25)}};
+  Options options;
+  options.tile_rows = 3;
+  const NamedTensors expected = depthwise(residual_cnn(), inputs, 2, options)->run(inputs);
+  options.replicate_weights = true;
+  const NamedTensors actual = depthwise(residual_cnn(), inputs, 2, options)->run(inputs);
+  for (const auto& [name, t] : expected) EXPECT_EQ(max_abs_diff(t, actual.at(name)), 0.0f) << name;
 }
 
 TEST(Depthwise, RejectsNegativeTileRows) {

@@ -4,7 +4,10 @@
 
 #include <random>
 
+#include <fmt/format.h>
+
 #include "f32-conv/conv.h"
+#include "f32-spmm/spmm.h"
 #include "graph/passes.h"
 #include "graph_builder.h"
 #include "plan/tile_plan.h"
@@ -181,6 +184,9 @@ void expect_valid_plan(const graph::Graph& g, const plan::TilePlan& plan) {
     EXPECT_LE(c.working_set_bytes, c.arena_bytes + c.scratch_bytes + c.weight_bytes);
     EXPECT_GE(c.working_set_bytes, c.arena_bytes + c.scratch_bytes);
     EXPECT_GE(c.halo_overhead, 0.0);
+    if (c.tier == plan::Tier::kL3) {
+      EXPECT_FALSE(c.weights_streamed);
+    }
   }
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
     if (plan.column_of[n] < 0) {
@@ -188,6 +194,15 @@ void expect_valid_plan(const graph::Graph& g, const plan::TilePlan& plan) {
     }
   }
   EXPECT_LE(plan.depthwise_bytes, plan.layerwise_bytes);
+  // Every byte layer by layer writes is either written depth-wise too or kept in a tier.
+  EXPECT_EQ(plan.depthwise_bytes + plan.bytes_in_l2 + plan.bytes_in_l3, plan.layerwise_bytes);
+}
+
+// The budget a column of `tier` must fit under `options` (plan/tile_plan.h).
+int64_t tier_budget(plan::Tier tier, const plan::PlanOptions& options) {
+  if (tier == plan::Tier::kL2) return options.cache_budget_bytes;
+  return static_cast<int64_t>(options.shared_cache_fraction *
+                              static_cast<double>(options.shared_cache_bytes) / options.threads);
 }
 
 TEST(Partition, ColumnsNeverCrossWholeTensorOps) {
@@ -228,6 +243,122 @@ TEST(Partition, WorkingSetStaysUnderTheBudget) {
       EXPECT_LE(c.halo_overhead, options.max_halo_overhead + 1e-9);
     }
   }
+}
+
+// Whatever the two caches, every column fits its own tier's budget and the plan is valid; a
+// machine without a usable L3 (unknown, or no larger than L2) gets L2 columns only.
+TEST(Partition, WorkingSetStaysUnderTheChosenTiersBudget) {
+  const graph::Graph g = prepared(residual_cnn(), {2, 3, 32, 24});
+  for (int threads : {1, 2}) {
+    for (int64_t l2 : {24 << 10, 96 << 10, 512 << 10}) {
+      for (int64_t l3 : {int64_t{0}, int64_t{256} << 10, int64_t{2} << 20, int64_t{32} << 20}) {
+        plan::PlanOptions options;
+        options.threads = threads;
+        options.cache_budget_bytes = l2;
+        options.shared_cache_bytes = l3;
+        const plan::TilePlan plan = plan::plan_columns(g, options);
+        expect_valid_plan(g, plan);
+        const bool l3_tier = tier_budget(plan::Tier::kL3, options) > l2;
+        for (const plan::Column& c : plan.columns) {
+          EXPECT_EQ(c.budget_bytes, tier_budget(c.tier, options));
+          EXPECT_LE(c.working_set_bytes, c.budget_bytes) << plan::describe_plan(g, plan);
+          if (!l3_tier) {
+            EXPECT_EQ(c.tier, plan::Tier::kL2) << plan::describe_plan(g, plan);
+          }
+        }
+        if (!l3_tier) {
+          EXPECT_EQ(plan.bytes_in_l3, 0);
+        }
+      }
+    }
+  }
+}
+
+// A stem and four residual blocks (3x3 conv + ReLU, 1x1 conv, Add + ReLU), then a global pool.
+graph::Graph residual_chain() {
+  GraphBuilder b;
+  int h = b.input("x", {-1, 16, 32, 24});
+  h = b.node("Relu", {b.node("Conv", {h, b.constant("w0", random_tensor({16, 16, 3, 3}, 1))},
+                             {{"pads", kPad1}})});
+  for (uint32_t block = 0; block < 4; ++block) {
+    const int c1 =
+        b.node("Relu", {b.node("Conv",
+                               {h, b.constant(fmt::format("w{}a", block),
+                                              random_tensor({16, 16, 3, 3}, 10 + block))},
+                               {{"pads", kPad1}})});
+    const int c2 = b.node("Conv", {c1, b.constant(fmt::format("w{}b", block),
+                                                  random_tensor({16, 16, 1, 1}, 20 + block))});
+    h = b.node("Relu", {b.node("Add", {c2, h})});
+  }
+  return b.finish({b.node("GlobalAveragePool", {h})});
+}
+
+// The tier choice on synthetic caches. A 64 KiB L2 holds the row tiles of about one block (a
+// deeper column recomputes too many halo rows at the few rows that fit); a 1 MiB L3 holds
+// whole images of the stem and all four blocks (each block two convs once the ReLUs and the Add
+// are fused), so one L3 column covers them and only its last output goes to memory.
+TEST(Partition, TierChoiceOnSyntheticCaches) {
+  const graph::Graph g = prepared(residual_chain(), {16, 16, 32, 24});
+  plan::PlanOptions l2_only;
+  l2_only.cache_budget_bytes = 64 << 10;
+  const plan::TilePlan shallow = plan::plan_columns(g, l2_only);
+  expect_valid_plan(g, shallow);
+  ASSERT_GT(shallow.columns.size(), 1u) << plan::describe_plan(g, shallow);
+  for (const plan::Column& c : shallow.columns) EXPECT_EQ(c.tier, plan::Tier::kL2);
+
+  plan::PlanOptions both = l2_only;
+  both.shared_cache_bytes = 1 << 20;  // below the batch's 768 KiB activations x 2
+  const plan::TilePlan deep = plan::plan_columns(g, both);
+  expect_valid_plan(g, deep);
+  ASSERT_EQ(deep.columns.size(), 1u) << plan::describe_plan(g, deep);
+  const plan::Column& c = deep.columns[0];
+  EXPECT_EQ(c.tier, plan::Tier::kL3);
+  EXPECT_EQ(c.ops.size(), g.nodes.size() - 1) << "every node but the global pool";
+  EXPECT_EQ(c.tile_rows, 32) << "whole images: no halo";
+  EXPECT_EQ(c.halo_overhead, 0.0);
+  EXPECT_EQ(c.outputs.size(), 1u);
+  EXPECT_EQ(deep.depthwise_bytes, c.bytes_to_memory + 16 * 16 * 4) << "and the pooled output";
+  EXPECT_LT(deep.depthwise_bytes, shallow.depthwise_bytes);
+  EXPECT_GT(deep.bytes_in_l3, 0);
+  EXPECT_EQ(deep.bytes_in_l2, 0);
+  EXPECT_NE(plan::describe_plan(g, deep).find("column 0 (L3)"), std::string::npos);
+
+  // An L3 share no larger than L2, none to fill (a budget the user set), or an L3 that holds
+  // the batch's activations layer by layer already: no L3 tier.
+  for (auto [bytes, fraction] :
+       {std::pair{2 * l2_only.cache_budget_bytes, 0.5}, std::pair{int64_t{1} << 20, 0.0},
+        std::pair{int64_t{64} << 20, 0.5}}) {
+    both.shared_cache_bytes = bytes;
+    both.shared_cache_fraction = fraction;
+    const plan::TilePlan plan = plan::plan_columns(g, both);
+    for (const plan::Column& col : plan.columns) EXPECT_EQ(col.tier, plan::Tier::kL2);
+  }
+}
+
+// A Conv whose weight runs through the sparse kernels streams its packed non-zeros, not the
+// dense weight, and needs no im2col (the zero-padded input rows only).
+TEST(TileOps, SparseConvStreamsItsNonZerosAndNeedsNoIm2col) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 32, 12, 10});
+  Tensor w = random_tensor({32, 32, 3, 3}, 3);
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    if (i % 10 != 0) w.data<float>()[i] = 0.0f;  // 90% zeros
+  }
+  const int y = b.node("Conv", {x, b.constant("w", w)}, {{"pads", kPad1}});
+  const graph::Graph g = prepared(b.finish({y}), {1, 32, 12, 10});
+  std::string why;
+  const std::optional<plan::TileOp> sparse = plan::make_tile_op(g, 0, &why);
+  const std::optional<plan::TileOp> dense = plan::make_tile_op(g, 0, &why, kernels::kAlwaysDense);
+  ASSERT_TRUE(sparse && dense) << why;
+  EXPECT_TRUE(sparse->sparse);
+  EXPECT_FALSE(dense->sparse);
+  const int64_t nnz = (w.numel() + 9) / 10;
+  EXPECT_EQ(dense->weight_bytes, w.numel() * 4);
+  EXPECT_EQ(sparse->weight_bytes, nnz * 8 + 33 * 4);
+  // im2col: 32 channels x 9 taps per pixel; sparse: 32 padded input rows and 32 output rows,
+  // each 12 wide.
+  EXPECT_EQ(dense->scratch_bytes_per_row, 32 * 9 * 10 * 4);
+  EXPECT_EQ(sparse->scratch_bytes_per_row, (32 + 32) * 12 * 4);
 }
 
 TEST(Partition, ForcedTileRowsApplyToEveryColumn) {
@@ -288,7 +419,7 @@ TEST(Partition, IntermediateReadAfterTheColumnIsAnOutput) {
 TEST(Partition, ReportNamesColumnsAndTheByteReduction) {
   const graph::Graph g = prepared(residual_cnn(), {2, 3, 32, 24});
   const std::string report = plan::describe_plan(g, plan::plan_columns(g, {}));
-  EXPECT_NE(report.find("column 0:"), std::string::npos) << report;
+  EXPECT_NE(report.find("column 0 (L2):"), std::string::npos) << report;
   EXPECT_NE(report.find("halo overhead"), std::string::npos) << report;
   EXPECT_NE(report.find("layer by layer"), std::string::npos) << report;
   EXPECT_NE(report.find("whole   GlobalAveragePool"), std::string::npos) << report;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -81,8 +82,9 @@ class SpmmKernelTest : public ::testing::TestWithParam<kernels::SpmmUkernel> {
 };
 
 // One problem: A (rows x depth, `sparsity`) over B (depth rows at a random stride), a region of
-// rows [r0, r1) x columns [c0, c0 + n) into a dst with a wider stride; the kernel and the
-// reference run on the same arguments, and nothing outside the region may be written.
+// rows [r0, r1) x columns [c0, c0 + n) into a dst with a wider stride, starting from zero or
+// (accumulate) from random partial sums in the region; the kernel and the reference run on the
+// same arguments, and nothing outside the region may be written.
 void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t depth, int64_t n,
                   double sparsity, std::mt19937& rng) {
   const int64_t ldb = n + 3 + static_cast<int64_t>(rng() % 40);
@@ -114,7 +116,15 @@ void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t dep
   args.src = b.data() + c0;
   args.ldd = ldd;
   args.epilogue = &e;
+  args.accumulate = rng() % 2 == 0;
   std::vector<float> want(static_cast<std::size_t>(rows * ldd), kSentinel);
+  if (args.accumulate) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = c0; c < cols; ++c) {
+        want[static_cast<std::size_t>(r * ldd + c)] = static_cast<float>(rng() % 17) - 8.0f;
+      }
+    }
+  }
   std::vector<float> have = want;
   args.dst = want.data() + r0 * ldd + c0;
   kernels::f32_spmm__reference(args);
@@ -192,6 +202,42 @@ TEST_P(SpmmKernelTest, ColumnSplitsGiveIdenticalBits) {
     args.dst = split.data() + c0;
     GetParam().fn(args);
     c0 = c1;
+  }
+  EXPECT_EQ(whole, split);
+}
+
+// A product split by columns of A (depth), the later blocks accumulating and the last applying
+// the epilogue, gives the bits of one call: what the K-blocks of the sparse convolutions rely on.
+TEST_P(SpmmKernelTest, DepthSplitsGiveIdenticalBits) {
+  std::mt19937 rng(11);
+  const int64_t rows = 9, depth = 230, n = 150;
+  std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
+  prune(a, 0.8, rng);
+  std::vector<int64_t> b_rows(depth);
+  for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * n;
+  const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
+  const std::vector<float> b = random_vector(depth * n, 1.0f, rng);
+  EpilogueData ed = random_epilogue(rows, n, n, rng);
+  ed.epilogue.row_bias = ed.row_bias.data();
+  ed.epilogue.post_residual = Activation::kRelu;
+  std::vector<float> whole(rows * n), split(rows * n);
+  kernels::SpmmArgs args{rows,         n, m.row_ptr(), m.values(), m.offsets(), b.data(),
+                         whole.data(), n, &ed.epilogue};
+  GetParam().fn(args);
+  const int64_t cuts[] = {0, 1, 77, 78, 200, depth};  // blocks of 1, 76, 1, 122 and 30 columns
+  args.dst = split.data();
+  const Epilogue none;
+  for (std::size_t i = 0; i + 1 < std::size(cuts); ++i) {
+    const int64_t k0 = cuts[i], k1 = cuts[i + 1];
+    const SparseMatrix block(a.data() + k0, rows, k1 - k0, depth, 1, 1,
+                             std::span<const int64_t>(b_rows).subspan(
+                                 static_cast<std::size_t>(k0), static_cast<std::size_t>(k1 - k0)));
+    args.row_ptr = block.row_ptr();
+    args.values = block.values();
+    args.offsets = block.offsets();
+    args.accumulate = i > 0;
+    args.epilogue = k1 == depth ? &ed.epilogue : &none;
+    GetParam().fn(args);
   }
   EXPECT_EQ(whole, split);
 }
@@ -370,6 +416,9 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       {"5x5_s1_p2", 6, 10, 8, 70, 5, 1, 2, 1, 1},
       {"7x7_s2_p3_stem", 3, 16, 21, 21, 7, 2, 3, 1, 1},
       {"3x3_s1_7x7_image", 32, 40, 7, 7, 3, 1, 1, 1, 1},
+      // Enough input channels that the phase path splits them into K-blocks at every ISA's
+      // tile (conv.cc, kSparseL1Budget): 3 to 7 blocks, the channel count not dividing.
+      {"3x3_s1_k_blocks", 145, 6, 5, 21, 3, 1, 1, 1, 1},
   };
   for (const SparseConvCase& c : cases) {
     for (const double sparsity : kSparsities) {

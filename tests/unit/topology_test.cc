@@ -7,6 +7,7 @@
 #include <atomic>
 #include <thread>
 
+#include "runtime/depthwise/replicas.h"
 #include "runtime/depthwise/tile_queue.h"
 #include "runtime/topology.h"
 #include "sparsecol/sparsecol.h"
@@ -80,14 +81,94 @@ TEST(TileQueue, EveryTileOnceUnderConcurrentThreads) {
   for (const auto& count : seen) EXPECT_EQ(count.load(), 1);
 }
 
-// One node (this machine): the same queue, every image on node 0.
-TEST(TileQueue, OneNodeBehavesLikeASharedCounter) {
+// One node (this machine): every image on node 0, each thread a contiguous run of tiles (what
+// the rolling line buffers need); a thread whose run is done steals the rest of another's.
+TEST(TileQueue, OneNodeGivesEachThreadAContiguousRun) {
   depthwise::TileQueue queue({0, 0}, 1, 4);
-  EXPECT_EQ(queue.next(1), 0);
-  EXPECT_EQ(queue.next(0), 1);
+  EXPECT_EQ(queue.initial_range(0), (std::pair<int64_t, int64_t>{0, 2}));
+  EXPECT_EQ(queue.initial_range(1), (std::pair<int64_t, int64_t>{2, 4}));
   EXPECT_EQ(queue.next(1), 2);
+  EXPECT_EQ(queue.next(0), 0);
   EXPECT_EQ(queue.next(1), 3);
+  EXPECT_EQ(queue.next(1), 1) << "thread 1 steals thread 0's last tile";
   EXPECT_EQ(queue.next(0), -1);
+}
+
+// Each thread's first range is contiguous and within its node's images; the ranges partition
+// the tiles; a thread drained alone runs its own range in order, then steals back halves (each
+// stolen half again in order), so that its tiles come in few runs.
+TEST(TileQueue, RangesPartitionTheTilesAndStealingKeepsRuns) {
+  const std::vector<int> nodes = thread_nodes(synthetic_topology(kTwoByTwo), 32);
+  depthwise::TileQueue queue(nodes, 16, 6);
+  std::vector<int> owner(static_cast<std::size_t>(queue.tiles()), -1);
+  for (int thread = 0; thread < 32; ++thread) {
+    const auto [first, last] = queue.initial_range(thread);
+    EXPECT_EQ(last - first, 3) << "16 images x 6 tiles over 32 threads";
+    for (int64_t tile = first; tile < last; ++tile) {
+      EXPECT_EQ(owner[static_cast<std::size_t>(tile)], -1) << tile;
+      owner[static_cast<std::size_t>(tile)] = thread;
+      EXPECT_EQ(queue.node_of_image(tile / 6), nodes[static_cast<std::size_t>(thread)]);
+    }
+  }
+  for (int o : owner) EXPECT_GE(o, 0);
+  std::vector<int64_t> order;
+  for (int64_t tile; (tile = queue.next(5)) >= 0;) order.push_back(tile);
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(queue.tiles()));
+  int runs = 1;
+  for (std::size_t i = 1; i < order.size(); ++i) runs += order[i] != order[i - 1] + 1;
+  // Its own run, then per other thread's 3 tiles a back half of 2 and the 1 left.
+  EXPECT_EQ(runs, 1 + 2 * 31);
+  EXPECT_EQ(queue.node_of_image(order[0] / 6), nodes[5]) << "its own node's tiles first";
+  EXPECT_EQ(queue.node_of_image(order[3] / 6), nodes[5]) << "then its node's other threads'";
+}
+
+// A batch smaller than the team: some threads start with nothing and steal.
+TEST(TileQueue, ThreadsWithoutTilesSteal) {
+  depthwise::TileQueue queue({0, 0, 0, 0}, 1, 2);
+  EXPECT_EQ(queue.initial_range(0).second - queue.initial_range(0).first, 0);
+  std::vector<int> seen(2, 0);
+  for (int thread = 0; thread < 4; ++thread) {
+    for (int64_t tile; (tile = queue.next(thread)) >= 0;) ++seen[static_cast<std::size_t>(tile)];
+  }
+  EXPECT_EQ(seen, (std::vector<int>{1, 1}));
+}
+
+// Options::replicate_weights: one copy of the weights per node, read by that node's workers and
+// built by one of them (so that its pages are first touched there).
+TEST(WeightReplicas, WorkersOfNodeKReadCopyK) {
+  const std::vector<int> nodes = thread_nodes(synthetic_topology(kTwoByTwo), 32);
+  const depthwise::ReplicaPlan plan = depthwise::plan_replicas(nodes, true);
+  ASSERT_EQ(plan.replicas(), 4);
+  for (int thread = 0; thread < 32; ++thread) {
+    EXPECT_EQ(plan.replica_of_thread[static_cast<std::size_t>(thread)], thread / 8) << thread;
+  }
+  for (int k = 0; k < 4; ++k) {
+    const int builder = plan.builder[static_cast<std::size_t>(k)];
+    ASSERT_GE(builder, 0);
+    EXPECT_EQ(nodes[static_cast<std::size_t>(builder)], k) << "copy " << k << " built on its node";
+  }
+}
+
+// Fewer workers than cores: only the nodes that have workers get a copy.
+TEST(WeightReplicas, NodesWithoutWorkersGetNoCopy) {
+  const std::vector<int> nodes = thread_nodes(synthetic_topology(kTwoByTwo), 12);  // nodes 0, 1
+  const depthwise::ReplicaPlan plan = depthwise::plan_replicas(nodes, true);
+  ASSERT_EQ(plan.replicas(), 2);
+  EXPECT_EQ(plan.replica_of_thread[7], 0);
+  EXPECT_EQ(plan.replica_of_thread[8], 1);
+  EXPECT_EQ(plan.replica_of_thread[11], 1);
+}
+
+// One node, or the option off: one copy, built by the caller, as without replication.
+TEST(WeightReplicas, OneNodeOrOptionOffIsOneCopy) {
+  const depthwise::ReplicaPlan one_node = depthwise::plan_replicas({0, 0, 0}, true);
+  const depthwise::ReplicaPlan off =
+      depthwise::plan_replicas(thread_nodes(synthetic_topology(kTwoByTwo), 32), false);
+  for (const depthwise::ReplicaPlan& plan : {one_node, off}) {
+    ASSERT_EQ(plan.replicas(), 1);
+    EXPECT_EQ(plan.builder[0], -1);
+    for (int r : plan.replica_of_thread) EXPECT_EQ(r, 0);
+  }
 }
 
 }  // namespace
