@@ -526,16 +526,7 @@ CommandAction setup(CLI::App& app) {
                       "cuda, cuda-sparse, reference; depthwise:halo, depthwise:rolling); the "
                       "first one is the baseline for speedup and agreement; one this build or "
                       "machine lacks gets an error row"))
-      ->check(CLI::Validator(
-          [](std::string& name) {
-            try {
-              parse_path(name);
-              return std::string();
-            } catch (const Error& e) {
-              return std::string(e.what());
-            }
-          },
-          "PATH"))
+      ->check(parse_validator([](const std::string& name) { parse_path(name); }, "PATH"))
       ->capture_default_str();
   list(app.add_option("-b,--batch", args->batches, "comma-separated batch sizes"))
       ->check(at_least(1))

@@ -59,6 +59,11 @@ std::vector<Command> registered_commands();
 // A CLI11 check that an integer option is at least `minimum`, with a plain message.
 CLI::Validator at_least(int64_t minimum);
 
+// A CLI11 check that passes a value when `parse` accepts it, and otherwise fails with the
+// message of the sparsecol::Error that `parse` threw. `name` is the value's placeholder in --help.
+CLI::Validator parse_validator(std::function<void(const std::string&)> parse,
+                               const std::string& name);
+
 // A CLI11 check that a --schedule value is one that sparsecol::parse_schedule accepts; its
 // message lists them. (Whether the schedule is built and usable here is the Engine's to say.)
 CLI::Validator schedule_validator();

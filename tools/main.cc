@@ -52,17 +52,22 @@ void check_writable_folder(const std::string& path) {
   }
 }
 
-CLI::Validator schedule_validator() {
+CLI::Validator parse_validator(std::function<void(const std::string&)> parse,
+                               const std::string& name) {
   return CLI::Validator(
-      [](std::string& names) {
+      [parse = std::move(parse)](std::string& value) {
         try {
-          parse_schedule(names);
+          parse(value);
           return std::string();
         } catch (const Error& e) {
           return std::string(e.what());
         }
       },
-      "SCHEDULE");
+      name);
+}
+
+CLI::Validator schedule_validator() {
+  return parse_validator([](const std::string& name) { parse_schedule(name); }, "SCHEDULE");
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

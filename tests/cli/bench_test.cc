@@ -273,6 +273,30 @@ TEST_F(BenchTest, UnknownScheduleIsAUsageErrorListingTheAcceptedOnes) {
   EXPECT_TRUE(contains(result.err, "reference, layerwise, onednn")) << result.err;
 }
 
+// depthwise:halo and depthwise:rolling are the two ways tiles get their halo rows, measured as
+// two paths of one run; they compute the same bits.
+TEST_F(BenchTest, DepthwiseTileReuseVariantsAreTwoPathsWithTheSameOutputs) {
+  const CliResult result =
+      cli(fmt::format("bench '{}' --schedule depthwise:halo,depthwise:rolling --batch 2 "
+                      "--threads 1 --time 0.2 --min-reps 2",
+                      mlp()));
+  ASSERT_EQ(result.code, 0) << result.err;
+  const auto rows = table_rows(result.out, "mlp.onnx");
+  ASSERT_EQ(rows.size(), 2u) << result.out;
+  EXPECT_EQ(rows[0][1], "depthwise:halo");
+  EXPECT_EQ(rows[1][1], "depthwise:rolling");
+  EXPECT_EQ(rows[1][11], "0.0e+00") << result.out;
+}
+
+TEST_F(BenchTest, UnknownPathVariantIsAUsageErrorNamingTheVariants) {
+  for (const char* path : {"depthwise:fast", "layerwise:halo"}) {
+    const CliResult result = cli(fmt::format("bench '{}' --schedule {}", mlp(), path));
+    EXPECT_EQ(result.code, 1) << path;
+    EXPECT_TRUE(contains(result.err, path)) << result.err;
+    EXPECT_TRUE(contains(result.err, "depthwise:halo and depthwise:rolling")) << result.err;
+  }
+}
+
 TEST_F(BenchTest, MissingModelIsOneErrorLine) {
   const CliResult result =
       cli(fmt::format("bench '{}' --schedule reference --time 0 --quiet", path("absent.onnx")));
