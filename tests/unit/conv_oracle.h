@@ -9,8 +9,24 @@
 #include "f32-conv/conv.h"
 #include "f32-gemm/gemm.h"
 #include "reference/conv.h"
+#include "reference/window.h"
 
 namespace sparsecol::testing {
+
+// The 2-D window of a kernel geometry (ConvGeometry, PoolGeometry) as the reference kernels take
+// it; pad_end is left to the caller (a convolution's follows from its output size).
+template <typename Geometry>
+kernels::reference::Window reference_window(const Geometry& g) {
+  kernels::reference::Window w;
+  w.rank = 2;
+  w.in_size = {g.in_h, g.in_w, 0};
+  w.out_size = {g.out_h, g.out_w, 0};
+  w.kernel = {g.kernel_h, g.kernel_w, 0};
+  w.stride = {g.stride_h, g.stride_w, 0};
+  w.dilation = {g.dilation_h, g.dilation_w, 0};
+  w.pad_begin = {g.pad_top, g.pad_left, 0};
+  return w;
+}
 
 // post(residual + pre(conv(src, weight) + bias)), residual added when `residual` is non-null.
 inline std::vector<float> expected_conv(const kernels::ConvGeometry& g, const float* src,
@@ -20,13 +36,7 @@ inline std::vector<float> expected_conv(const kernels::ConvGeometry& g, const fl
   shape.in_channels = g.in_c;
   shape.out_channels = g.out_c;
   shape.groups = g.groups;
-  shape.window.rank = 2;
-  shape.window.in_size = {g.in_h, g.in_w, 0};
-  shape.window.out_size = {g.out_h, g.out_w, 0};
-  shape.window.kernel = {g.kernel_h, g.kernel_w, 0};
-  shape.window.stride = {g.stride_h, g.stride_w, 0};
-  shape.window.dilation = {g.dilation_h, g.dilation_w, 0};
-  shape.window.pad_begin = {g.pad_top, g.pad_left, 0};
+  shape.window = reference_window(g);
   std::vector<float> out(static_cast<std::size_t>(g.out_c * g.out_h * g.out_w));
   kernels::reference::conv_reference(src, weight, bias, out.data(), shape);
   for (std::size_t i = 0; i < out.size(); ++i) {

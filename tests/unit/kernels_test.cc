@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "conv_oracle.h"
 #include "f32-conv/conv.h"
 #include "f32-eltwise/eltwise.h"
 #include "f32-norm/norm.h"
@@ -76,13 +77,7 @@ kernels::reference::PoolShape reference_shape(const kernels::PoolGeometry& g) {
   kernels::reference::PoolShape s;
   s.channels = g.channels;
   s.count_include_pad = g.count_include_pad;
-  s.window.rank = 2;
-  s.window.in_size = {g.in_h, g.in_w, 0};
-  s.window.out_size = {g.out_h, g.out_w, 0};
-  s.window.kernel = {g.kernel_h, g.kernel_w, 0};
-  s.window.stride = {g.stride_h, g.stride_w, 0};
-  s.window.dilation = {g.dilation_h, g.dilation_w, 0};
-  s.window.pad_begin = {g.pad_top, g.pad_left, 0};
+  s.window = reference_window(g);
   s.window.pad_end = {g.pad_bottom, g.pad_right, 0};
   return s;
 }
