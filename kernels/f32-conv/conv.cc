@@ -17,7 +17,7 @@
 namespace sparsecol::kernels {
 
 struct PackedConv::Impl {
-  enum class Kind { kGemm1x1, kIm2colGemm, kDepthwise, kSpmm1x1, kSpmmPhases };
+  enum class Kind { kGemm1x1, kIm2colGemm, kDepthwise, kSpmm1x1, kSpmmGathered1x1, kSpmmPhases };
   Kind kind = Kind::kIm2colGemm;
   std::vector<PackedA> groups;  // GEMM kinds: group g's weights [OC/g x IC/g*KH*KW]
   std::vector<float> weight;    // depthwise: [C x KH*KW]
@@ -151,6 +151,11 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   if (impl.kind == Kind::kGemm1x1) {
     impl.kind = Kind::kSpmm1x1;
     for (int64_t c = 0; c < g.in_c; ++c) b_row(c, 0, 0) = c * g.in_h * g.in_w;
+  } else if (gathers_strided_pointwise(g)) {
+    // The gathered input planes (see sparse_conv_rows) are out_h x out_w, a whole image apart
+    // whatever rows a call computes: one set of offsets serves every call, tile buffers too.
+    impl.kind = Kind::kSpmmGathered1x1;
+    for (int64_t c = 0; c < g.in_c; ++c) b_row(c, 0, 0) = c * g.out_h * g.out_w;
   } else {
     // Any other convolution reads a zero-padded copy of the chunk's input rows, split by stride
     // phase (space-to-depth): channel c's input (row i * sh + a, column j * sw + b), counted from
@@ -278,12 +283,20 @@ std::string PackedConv::implementation() const {
                          to_string(active_isa()));
     case Impl::Kind::kSpmm1x1:
       return fmt::format("spmm-1x1/{}", to_string(impl_->sparse_isa));
+    case Impl::Kind::kSpmmGathered1x1:
+      return fmt::format("spmm-1x1-gathered/{}", to_string(impl_->sparse_isa));
     case Impl::Kind::kSpmmPhases:
       return fmt::format("spmm-{}x{}{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          geometry_.stride_h == 1 && geometry_.stride_w == 1 ? "" : "-strided",
                          to_string(impl_->sparse_isa));
   }
   return "unknown";
+}
+
+bool gathers_strided_pointwise(const ConvGeometry& g) {
+  return g.kernel_h == 1 && g.kernel_w == 1 && (g.stride_h > 1 || g.stride_w > 1) &&
+         g.pad_top == 0 && g.pad_left == 0 && (g.out_h - 1) * g.stride_h < g.in_h &&
+         (g.out_w - 1) * g.stride_w < g.in_w;
 }
 
 namespace {
@@ -367,6 +380,22 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
          impl.sparse_isa);
   };
 
+  if (impl.kind == Kind::kSpmmGathered1x1) {
+    // The pixels the output rows read, one dense plane per channel (planes a whole output image
+    // apart, each row at its place; rows no call computes are never touched), then the stride-1
+    // product over all of them at once.
+    const int64_t plane = g.out_h * g.out_w;
+    scratch.resize(std::max(scratch.size(), static_cast<std::size_t>(g.in_c * plane)));
+    for (int64_t c = 0; c < g.in_c; ++c) {
+      float* to = scratch.data() + c * plane + oh_begin * g.out_w;
+      for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
+        const float* from = src.data + c * src.plane_stride + (oh * g.stride_h - src.row0) * g.in_w;
+        for (int64_t ow = 0; ow < g.out_w; ++ow) *to++ = from[ow * g.stride_w];
+      }
+    }
+    direct(oh_begin, oh_end, scratch.data() + oh_begin * g.out_w, a.offsets());
+    return;
+  }
   if (impl.kind == Kind::kSpmm1x1) {
     const float* b = src.data + (oh_begin - src.row0) * g.in_w;
     if (src.plane_stride == g.in_h * g.in_w) {

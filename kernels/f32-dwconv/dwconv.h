@@ -8,7 +8,9 @@
 // rows are split into `stride` phases (even/odd columns for stride 2), after which every tap is
 // one contiguous, unaligned vector load and one FMA per vector of outputs (16 on AVX-512, 8 on
 // AVX2, 4 on the portable path); no bounds test is left in the inner loop. Any kernel size, stride,
-// dilation and padding is served; 3x3 stride 1 and 2 (MobileNetV2) are the shapes it is tuned for.
+// dilation and padding is served. On AVX2, 3x3 stride 1 and 2 (MobileNetV2) take the channel-lane
+// kernel instead (lanes_impl.h): a vector holds one pixel of kLanes channels, so small planes
+// waste no lanes and pay no per-plane-row cost.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,12 @@
 
 namespace sparsecol::kernels {
 
+// Which kernel serves a call: kAuto picks (channel lanes where they apply on AVX2, planes
+// otherwise); the others force one (tests and benchmarks compare them). kChannelLanes falls back to
+// kPlanes where it does not apply (any geometry but 3x3 stride 1 or 2 undilated, fewer than kLanes
+// channels) and for the last in_c % kLanes channels.
+enum class DwconvMethod { kAuto, kPlanes, kChannelLanes };
+
 // Output rows [oh_begin, oh_end) of every channel. `weight` is [C x KH*KW], `bias` has C values
 // (may be nullptr). The epilogue's row_bias and residual pointer are ignored: bias comes from
 // `bias`, the residual (when `residual` is not nullptr) through its PlaneView. `isa` is capped at
@@ -27,6 +35,6 @@ namespace sparsecol::kernels {
 void dwconv2d_rows(const ConvGeometry& g, const float* weight, const float* bias,
                    const PlaneView& src, const PlaneView& dst, int64_t oh_begin, int64_t oh_end,
                    const Epilogue& epilogue, const PlaneView* residual, std::vector<float>& scratch,
-                   Isa isa = active_isa());
+                   Isa isa = active_isa(), DwconvMethod method = DwconvMethod::kAuto);
 
 }  // namespace sparsecol::kernels

@@ -3,16 +3,17 @@
 #pragma once
 
 #include "f32-dwconv/dwconv.h"
+#include "f32-dwconv/lanes_impl.h"
 #include "f32-dwconv/window_impl.h"
 
 namespace sparsecol::kernels {
 namespace {
 
-inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const float* bias,
-                               const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
-                               int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
-                               std::vector<float>& scratch) {
-  if (oh_begin >= oh_end) return;
+// The per-plane kernel (DwconvMethod::kPlanes): see dwconv.h.
+inline void dwconv2d_planes(const ConvGeometry& g, const float* weight, const float* bias,
+                            const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
+                            int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
+                            std::vector<float>& scratch) {
   const WindowGeometry wg{g.in_h,     g.in_w,    g.out_w,    g.kernel_h,   g.kernel_w,  g.stride_h,
                           g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w};
   const PaddedBlock b = plan_block(wg, oh_begin, oh_end);
@@ -41,6 +42,36 @@ inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const
                    dst.data + c * dst.plane_stride + (oh - dst.row0) * g.out_w);
     }
   }
+}
+
+inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const float* bias,
+                               const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
+                               int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
+                               std::vector<float>& scratch, DwconvMethod method) {
+  if (oh_begin >= oh_end) return;
+  // kAuto: the channel-lane kernel wherever it applies and its transposes are tuned (AVX2):
+  // 2.4-4.5x the per-plane kernel on MobileNetV2's layers (bench/dwconv_bench.cc).
+  const bool lanes =
+      method == DwconvMethod::kChannelLanes || (method == DwconvMethod::kAuto && kTransposeTuned);
+  const int64_t lanes_c = lanes && lanes_supported(g) ? g.in_c / kLanes * kLanes : 0;
+  if (lanes_c > 0) {
+    dwconv3x3_lanes(g, weight, bias, src, dst, oh_begin, oh_end, epilogue, residual, lanes_c,
+                    scratch);
+  }
+  if (lanes_c == g.in_c) return;
+  // The remaining channels, through the per-plane kernel on views shifted by lanes_c channels.
+  ConvGeometry rest = g;
+  rest.in_c = rest.out_c = rest.groups = g.in_c - lanes_c;
+  const PlaneView src_rest{src.data + lanes_c * src.plane_stride, src.row0, src.plane_stride};
+  const PlaneView dst_rest{dst.data + lanes_c * dst.plane_stride, dst.row0, dst.plane_stride};
+  PlaneView res_rest;
+  if (residual != nullptr) {
+    res_rest = {residual->data + lanes_c * residual->plane_stride, residual->row0,
+                residual->plane_stride};
+  }
+  dwconv2d_planes(rest, weight + lanes_c * g.kernel_h * g.kernel_w,
+                  bias == nullptr ? nullptr : bias + lanes_c, src_rest, dst_rest, oh_begin, oh_end,
+                  epilogue, residual == nullptr ? nullptr : &res_rest, scratch);
 }
 
 }  // namespace

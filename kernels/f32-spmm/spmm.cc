@@ -2,14 +2,13 @@
 // See spmm.h.
 #include "f32-spmm/spmm.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <limits>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "f32-eltwise/eltwise.h"
 #include "f32-gemm/gemm.h"
 #include "sparsecol/sparsecol.h"
 
@@ -169,47 +168,44 @@ std::vector<int64_t> token_block_offsets(int64_t k) {
   return offsets;
 }
 
-// dst[c][r] = src[r][c] for a rows x cols block: 4 x 4 blocks transposed in SSE registers
-// (x86-64-v2 baseline), scalar edges. A scalar element-by-element transpose cost a third of the
-// sparse kernel's time on BERT's 768x768 layer at 95% (bench/spmm_bench.cc).
-void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const float* s = src + r * lds;
-    int64_t c = 0;
-    for (; c + 4 <= cols; c += 4) {
-      __m128 a = _mm_loadu_ps(s + c), b = _mm_loadu_ps(s + lds + c);
-      __m128 e = _mm_loadu_ps(s + 2 * lds + c), f = _mm_loadu_ps(s + 3 * lds + c);
-      _MM_TRANSPOSE4_PS(a, b, e, f);
-      _mm_storeu_ps(dst + c * ldd + r, a);
-      _mm_storeu_ps(dst + (c + 1) * ldd + r, b);
-      _mm_storeu_ps(dst + (c + 2) * ldd + r, e);
-      _mm_storeu_ps(dst + (c + 3) * ldd + r, f);
-    }
-    for (; c < cols; ++c) {
-      for (int64_t i = 0; i < 4; ++i) dst[c * ldd + r + i] = s[i * lds + c];
-    }
+}  // namespace
+
+SparseLinear::SparseLinear(const float* w, int64_t k, int64_t n, int64_t k_stride, int64_t n_stride,
+                           int64_t depth_block)
+    : depth_(k), features_(n) {
+  if (k < 0 || n < 0 || depth_block <= 0) {
+    invalid(fmt::format("SparseLinear: K {} x N {} in blocks of {}", k, n, depth_block));
   }
-  for (; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  const int64_t blocks = std::max<int64_t>(1, (k + depth_block - 1) / depth_block);
+  block_depth_ = std::max<int64_t>(1, (k + blocks - 1) / blocks);
+  for (int64_t k0 = 0; k0 < k || (k == 0 && blocks_.empty()); k0 += block_depth_) {
+    const int64_t depth = std::min(block_depth_, k - k0);
+    blocks_.emplace_back(w + k0 * k_stride, n, depth, n_stride, k_stride, 1,
+                         token_block_offsets(depth));
   }
 }
 
-}  // namespace
+int64_t SparseLinear::nnz() const {
+  int64_t total = 0;
+  for (const SparseMatrix& b : blocks_) total += b.nnz();
+  return total;
+}
 
-SparseLinear::SparseLinear(const float* w, int64_t k, int64_t n, int64_t k_stride, int64_t n_stride)
-    : weight_t_(w, n, k, n_stride, k_stride, 1, token_block_offsets(k)) {}
+int64_t SparseLinear::packed_bytes() const {
+  int64_t total = 0;
+  for (const SparseMatrix& b : blocks_) total += b.packed_bytes();
+  return total;
+}
 
 void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t tokens,
                    int64_t feature_begin, int64_t feature_end, float* y, int64_t ldy,
                    const Epilogue& epilogue, std::vector<float>& scratch, Isa isa) {
-  const SparseMatrix& wt = w.weight_t();
   if (epilogue.row_bias != nullptr) invalid("sparse_linear: the epilogue has a row bias");
-  if (feature_begin < 0 || feature_end > wt.rows() || feature_begin > feature_end) {
+  if (feature_begin < 0 || feature_end > w.features() || feature_begin > feature_end) {
     invalid(fmt::format("sparse_linear: features [{}, {}) of {}", feature_begin, feature_end,
-                        wt.rows()));
+                        w.features()));
   }
-  const int64_t features = feature_end - feature_begin, k = wt.depth();
+  const int64_t features = feature_end - feature_begin, k = w.depth();
   if (tokens <= 0 || features == 0) return;
   // Y^T is computed kFeatureChunk features at a time, so that the chunk (64 KiB) is still in L2
   // when it is transposed out: a whole block of BERT's 3072-feature layer (768 KiB) was not.
@@ -219,22 +215,29 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
   float* xt = scratch.data();
   float* yt = xt + xt_size;
   // The kernel applies the feature bias (a row bias of Y^T) and the activation before the
-  // residual; the residual and the activation after it are applied after transposing back,
-  // where the residual is read in its own (token-major) layout.
+  // residual, with the last K block; the residual and the activation after it are applied after
+  // transposing back, where the residual is read in its own (token-major) layout.
+  const Epilogue none;
   Epilogue inner;
   inner.pre_residual = epilogue.pre_residual;
   inner.clip_min = epilogue.clip_min;
   inner.clip_max = epilogue.clip_max;
+  const std::vector<SparseMatrix>& blocks = w.blocks();
   for (int64_t t0 = 0; t0 < tokens; t0 += kSpmmTokenBlock) {
     const int64_t block = std::min(kSpmmTokenBlock, tokens - t0);
-    transpose(x + t0 * ldx, ldx, block, k, xt, kSpmmTokenBlock);
+    transpose_2d(x + t0 * ldx, ldx, block, k, xt, kSpmmTokenBlock);
     for (int64_t f0 = 0; f0 < features; f0 += kFeatureChunk) {
       const int64_t chunk = std::min(kFeatureChunk, features - f0);
       inner.row_bias = epilogue.col_bias != nullptr ? epilogue.col_bias + f0 : nullptr;
-      spmm(wt, wt.offsets(), feature_begin + f0, feature_begin + f0 + chunk, xt, block, yt,
-           kSpmmTokenBlock, inner, isa);
+      for (std::size_t b = 0; b < blocks.size(); ++b) {
+        const SparseMatrix& wt = blocks[b];
+        const bool last = b + 1 == blocks.size();
+        spmm(wt, wt.offsets(), feature_begin + f0, feature_begin + f0 + chunk,
+             xt + static_cast<int64_t>(b) * w.block_depth() * kSpmmTokenBlock, block, yt,
+             kSpmmTokenBlock, last ? inner : none, isa, /*accumulate=*/b > 0);
+      }
       float* out = y + t0 * ldy + f0;
-      transpose(yt, kSpmmTokenBlock, chunk, block, out, ldy);
+      transpose_2d(yt, kSpmmTokenBlock, chunk, block, out, ldy);
       if (epilogue.residual == nullptr && epilogue.post_residual == Activation::kNone) continue;
       // The add and the activation in separate passes, so that the add vectorizes (a call to
       // apply_activation per element was most of this loop's cost).

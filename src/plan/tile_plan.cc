@@ -10,6 +10,7 @@
 #include "f32-spmm/spmm.h"
 #include "graph/op_params.h"
 #include "plan/memory_plan.h"
+#include "runtime/kernel_bindings.h"
 
 namespace sparsecol::plan {
 
@@ -108,7 +109,7 @@ GraphFacts graph_facts(const graph::Graph& graph) {
 }
 
 std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
-                             std::vector<TileOp> ops, int64_t tile_rows) {
+                             std::vector<TileOp> ops, int64_t tile_rows, bool rolling) {
   if (ops.empty()) return std::nullopt;
   const auto m = static_cast<int>(ops.size());
   const int first_node = ops.front().node, last_node = ops.back().node;
@@ -212,10 +213,15 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
   for (int i = 0; i < m; ++i) {
     const TileOp& op = ops[static_cast<std::size_t>(i)];
     int64_t max_rows = 0;
+    bool kept = false;  // rows kept for the next tile: the buffer outlives the tile
     for (std::size_t t = 0; t < tiles; ++t) {
       const int64_t r = c.rows[t][static_cast<std::size_t>(i)].size();
       max_rows = std::max(max_rows, r);
       computed += r * op.channels * op.width;
+      kept = kept || (rolling && t > 0 &&
+                      !kept_rows(c.rows[t - 1][static_cast<std::size_t>(i)],
+                                 c.rows[t][static_cast<std::size_t>(i)])
+                           .empty());
     }
     useful += op.rows * op.channels * op.width;
     c.scratch_bytes = std::max(c.scratch_bytes,
@@ -224,7 +230,9 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
     const int64_t tensor_bytes = op.batch * op.rows * op.row_bytes();
     (escapes[static_cast<std::size_t>(i)] ? c.bytes_to_memory : c.bytes_in_cache) += tensor_bytes;
     if (escapes[static_cast<std::size_t>(i)]) c.outputs.push_back(op.output);
-    if (i + 1 < m) requests.push_back({max_rows * op.row_bytes(), i, last_reader[i]});
+    if (i + 1 < m) {
+      requests.push_back({max_rows * op.row_bytes(), kept ? 0 : i, kept ? m : last_reader[i]});
+    }
   }
   std::rotate(c.outputs.rbegin(), c.outputs.rbegin() + 1, c.outputs.rend());  // anchor first
   const MemoryPlan arena = plan_memory(requests);
@@ -269,32 +277,59 @@ bool fits(const Column& c, const PlanOptions& options) {
   return weights_fit && c.working_set_bytes <= c.budget_bytes;
 }
 
+// A GEMM on fewer pixels than its kernel's tile wastes most of its time on edges (the conv
+// kernel's own minimum chunk is 64 pixels, kernels/f32-conv; the sparse kernels hold 64 pixels
+// of a row in registers), and every tile streams the column's weights again.
+int64_t min_tile_rows(const TileOp& anchor) { return ceil_div(kMinTilePixels, anchor.width); }
+
+// The tallest tile of an anchor that still gives every thread tiles at a small batch: two per
+// thread for balance, or one where two would be narrower than a kernel tile; nullopt where even
+// one per thread would be (small planes at batch 1: ResNet-50's 7x7 stage). Those ops run whole
+// instead, each split across the threads by the layer-by-layer steps: with 14-pixel tiles
+// ResNet-50 90% pruned ran 0.95x and MobileNetV2 80% 0.87x layer by layer at batch 1 (2
+// threads). A batch with enough images is tiled for the cache alone; a forced tile height
+// (PlanOptions::tile_rows) is the user's call.
+std::optional<int64_t> max_tile_rows(const TileOp& anchor, const PlanOptions& options) {
+  const auto threads = static_cast<int64_t>(std::max(1, options.threads));
+  for (const int64_t per_thread : {2, 1}) {
+    const int64_t tiles =
+        std::min(anchor.rows, ceil_div(per_thread * threads, std::max<int64_t>(1, anchor.batch)));
+    const int64_t cap = ceil_div(anchor.rows, std::max<int64_t>(1, tiles));
+    if (tiles == 1 || cap >= min_tile_rows(anchor) || options.tile_rows > 0) return cap;
+  }
+  return std::nullopt;
+}
+
 // The column of `ops` in tier `tier` at the tallest tile that fits the tier's budget, or
-// nullopt when it is no valid column, fits at no height, or recomputes too much.
+// nullopt when it is no valid column, fits at no height, recomputes too much, or would need
+// tiles narrower than a kernel tile.
 std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& facts,
                                   const std::vector<TileOp>& ops, Tier tier,
                                   const PlanOptions& options, bool* valid) {
-  const int64_t height = ops.back().rows, batch = ops.back().batch;
-  // Enough tiles for every thread even at batch 1 (twice as many, for balance), while a batch
-  // that has as many images as threads is tiled for the cache alone.
-  const int64_t min_tiles =
-      std::min(height, ceil_div(2 * static_cast<int64_t>(std::max(1, options.threads)),
-                                std::max<int64_t>(1, batch)));
-  const int64_t cap = ceil_div(height, std::max<int64_t>(1, min_tiles));
-  // A GEMM on fewer pixels than its kernel's tile wastes most of its time on edges (the conv
-  // kernel's own minimum chunk is 64 pixels, kernels/f32-conv): tiles are at least that wide
-  // unless the threads need more tiles.
-  const int64_t min_rows = std::min(cap, ceil_div(kMinTilePixels, ops.back().width));
+  const std::optional<int64_t> max_rows = max_tile_rows(ops.back(), options);
+  if (!max_rows) {
+    *valid = false;  // a longer column may end on a larger plane
+    return std::nullopt;
+  }
+  const int64_t cap = *max_rows;
+  const int64_t min_rows = std::min(cap, min_tile_rows(ops.back()));
   auto layout_at = [&](int64_t rows) {
-    std::optional<Column> c = layout(graph, facts, ops, rows);
+    std::optional<Column> c = layout(graph, facts, ops, rows, options.rolling);
     if (c) size_working_set(*c, tier, options);
     return c;
   };
   std::optional<Column> best = layout_at(min_rows);
   *valid = best.has_value();
   if (!best || !fits(*best, options)) return std::nullopt;
-  // The working set grows with the tile height: binary search for the tallest that fits.
+  // The working set grows with the tile height: binary search for the tallest that fits. Except
+  // that rolling buffers keep rows only where an image has several tiles: a whole-image tile
+  // (the tallest at a batch with an image per thread) may fit where shorter ones do not.
   int64_t lo = min_rows, hi = cap;
+  if (std::optional<Column> whole = cap > min_rows ? layout_at(cap) : std::nullopt;
+      whole && fits(*whole, options)) {
+    lo = cap;
+    best = std::move(whole);
+  }
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
     std::optional<Column> c = layout_at(mid);
@@ -324,9 +359,12 @@ struct Candidates {
     best = std::move(c);
   }
   // The longest, unless the single-output one is not much shorter: then the extra output costs
-  // more than the extra column.
+  // more than the extra column (but one op alone is no column, see plan_columns).
   std::optional<Column> pick() const {
-    if (best_single && 2 * best_single->ops.size() >= best->ops.size()) return best_single;
+    if (best_single && best_single->ops.size() > 1 &&
+        2 * best_single->ops.size() >= best->ops.size()) {
+      return best_single;
+    }
     return best;
   }
 };
@@ -334,6 +372,17 @@ struct Candidates {
 std::string kib(int64_t bytes) {
   if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
   return fmt::format("{:.1f} KiB", bytes / 1024.0);
+}
+
+// Why a tileable op runs whole: `alone_fits` when a column of it alone was possible.
+std::string whole_reason(const TileOp& op, bool alone_fits, const PlanOptions& options) {
+  if (alone_fits) return "a column of one op keeps nothing in cache";
+  if (!max_tile_rows(op, options)) {
+    return fmt::format("{} threads at batch {} would need tiles under {} pixels", options.threads,
+                       op.batch, kMinTilePixels);
+  }
+  return fmt::format("its working set exceeds the cache budget even alone ({} of weights)",
+                     kib(op.weight_bytes));
 }
 
 std::string op_label(const graph::Node& node) {
@@ -359,6 +408,14 @@ RowRange RowMap::input_rows(RowRange out) const {
   const int64_t hi = (out.end - 1) * stride - pad_top + (kernel - 1) * dilation + 1;
   const int64_t first = std::clamp<int64_t>(lo, 0, in_rows);
   return {first, std::clamp<int64_t>(hi, first, in_rows)};
+}
+
+RowRange kept_rows(RowRange previous, RowRange current) {
+  if (previous.empty() || current.empty() || current.begin < previous.begin ||
+      current.end < previous.end) {
+    return {};
+  }
+  return {current.begin, std::min(previous.end, current.end)};
 }
 
 bool Column::is_output(int op) const {
@@ -428,6 +485,9 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     if (depthwise) {
       // One channel's padded input rows at a time (kernels/f32-dwconv).
       op.scratch_bytes_per_row = p.window.strides[0] * (p.window.in_size[1] + 2 * 8) * 4;
+    } else if (op.sparse && kernels::gathers_strided_pointwise(runtime::conv_geometry(p))) {
+      // The gathered input pixels of the rows (f32-conv/conv.h), no chunks.
+      op.scratch_bytes_per_row = p.in_channels * op.width * 4;
     } else if (op.sparse && !pointwise) {
       // No im2col: a zero-padded copy of the chunk's input rows split by stride phase, and the
       // chunk's output rows (phase_w wide) before the epilogue copies them out (conv.cc).
@@ -479,8 +539,8 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
 }
 
 std::optional<Column> layout_column(const graph::Graph& graph, std::vector<TileOp> ops,
-                                    int64_t tile_rows) {
-  return layout(graph, graph_facts(graph), std::move(ops), tile_rows);
+                                    int64_t tile_rows, bool rolling) {
+  return layout(graph, graph_facts(graph), std::move(ops), tile_rows, rolling);
 }
 
 TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
@@ -503,7 +563,7 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
   for (const std::optional<TileOp>& op : tile_ops) {
     if (op) largest = std::max(largest, op->batch * op->rows * op->row_bytes());
   }
-  const bool l3_tier =
+  plan.l3_tier =
       tier_budget(Tier::kL3, options) > options.cache_budget_bytes &&
       static_cast<double>(largest) > options.shared_cache_fraction * options.shared_cache_bytes;
   for (std::size_t i = 0; i < n;) {
@@ -512,7 +572,7 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
       continue;
     }
     Candidates l2, l3;
-    l3.done = !l3_tier;
+    l3.done = !plan.l3_tier;
     std::vector<TileOp> ops;
     for (std::size_t end = i; end < n && tile_ops[end] && !(l2.done && l3.done) &&
                               ops.size() < static_cast<std::size_t>(options.max_column_ops);
@@ -535,16 +595,15 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
       std::optional<Column> deep = l3.pick();
       if (!best || deep->ops.size() > best->ops.size()) best = std::move(deep);
     }
-    if (!best) {
-      plan.why_whole[i] =
-          fmt::format("its working set exceeds the cache budget even alone ({} of weights)",
-                      kib(tile_ops[i]->weight_bytes));
+    // A column of one op keeps nothing in cache: the op runs whole, split across the threads.
+    if (!best || best->ops.size() < 2) {
+      plan.why_whole[i] = whole_reason(*tile_ops[i], best.has_value(), options);
       ++i;
       continue;
     }
     if (options.tile_rows > 0) {
       const Tier tier = best->tier;
-      best = layout(graph, facts, std::move(best->ops), options.tile_rows);
+      best = layout(graph, facts, std::move(best->ops), options.tile_rows, options.rolling);
       size_working_set(*best, tier, options);
     }
     for (const TileOp& op : best->ops) {
@@ -574,9 +633,11 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
   std::string out = fmt::format(
       "depth-wise plan: L2 budget {} per core, {} threads{}{}\n", kib(o.cache_budget_bytes),
       o.threads,
-      tier_budget(Tier::kL3, o) > o.cache_budget_bytes
-          ? fmt::format(", shared L3 {} (L3 budget {} per core)", kib(o.shared_cache_bytes),
-                        kib(tier_budget(Tier::kL3, o)))
+      plan.l3_tier ? fmt::format(", shared L3 {} (L3 budget {} per core)",
+                                 kib(o.shared_cache_bytes), kib(tier_budget(Tier::kL3, o)))
+      : tier_budget(Tier::kL3, o) > o.cache_budget_bytes
+          ? fmt::format(", no L3 tier (the activations fit half the {} L3 layer by layer)",
+                        kib(o.shared_cache_bytes))
           : ", no L3 tier",
       o.tile_rows > 0 ? fmt::format(", tile height forced to {} rows", o.tile_rows) : "");
   for (std::size_t i = 0; i < graph.nodes.size(); ++i) {

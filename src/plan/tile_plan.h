@@ -9,7 +9,10 @@
 // tile every op computes the rows its consumers in the column need (halos recomputed), into
 // per-thread tile buffers; only the column's outputs (the anchor, and any value read after the
 // column) are written to memory. Ops that need the whole tensor (global pooling, Gemm, MatMul,
-// Flatten, Softmax, ...) run on their own, layer by layer, between columns.
+// Flatten, Softmax, ...) run on their own, layer by layer, between columns, and so do tileable
+// ops where a column would not pay: one op alone (nothing stays in cache), or a plane so small
+// that at this batch the threads would each need tiles narrower than a kernel tile (64 pixels:
+// at batch 1, ResNet-50's 7x7 stage); each such op is split across the threads instead.
 //
 // Two tiers. An L2 column keeps its tile buffers in one core's L2: short columns (about one
 // residual block) of row tiles. An L3 column keeps them in the core's share of the shared L3:
@@ -39,6 +42,13 @@ struct RowRange {
 
 // The smallest range holding both; an empty range is the identity.
 RowRange hull(RowRange a, RowRange b);
+
+// Rolling line buffers: the rows of an op's output that one tile computed (`previous`) and the
+// next tile of the same image needs again, which a thread running both keeps instead of
+// recomputing (the overlap of their halos). A prefix of `current`, when `current` starts inside
+// `previous` and ends at or after it (the tile algebra is monotone in the tile, so it does
+// whenever both are non-empty); empty otherwise, and the next tile computes all its rows.
+RowRange kept_rows(RowRange previous, RowRange current);
 
 // The tile algebra of one input of an op: the input rows that a range of output rows reads.
 struct RowMap {
@@ -91,6 +101,9 @@ struct PlanOptions {
   int64_t tile_rows = 0;  // forced tile height of every column (0: chosen)
   int threads = 1;
   double sparse_threshold = -1.0;  // Options::sparse_threshold
+  // Options::tile_reuse == kRolling: a tile buffer that keeps rows for the next tile lives
+  // through the whole tile, so it shares its bytes with no other buffer (a larger arena).
+  bool rolling = true;
   // A column grows only while the rows it recomputes stay below this fraction of the useful
   // rows (halo recomputation costs FLOPs; a column that is too deep loses more than it saves).
   double max_halo_overhead = 0.3;
@@ -107,7 +120,8 @@ struct Column {
   // to memory (ops whose output is a column output; the tiles' own rows partition the tensor).
   std::vector<std::vector<RowRange>> rows, own;
   // Per-thread tile buffers: byte offset of ops[i]'s in the thread's arena, -1 for the anchor
-  // (written straight to memory); buffers whose lifetimes do not overlap share bytes.
+  // (written straight to memory); buffers whose lifetimes within a tile do not overlap share
+  // bytes, except rolling buffers that keep rows for the next tile (PlanOptions::rolling).
   std::vector<int64_t> buffer_offset;
   int64_t arena_bytes = 0, scratch_bytes = 0, weight_bytes = 0;
   // What one core keeps hot per tile, against its tier's budget. L2: arena + scratch + the
@@ -132,6 +146,9 @@ struct TilePlan {
   int64_t layerwise_bytes = 0;  // per run: every node output written to memory (views excluded)
   int64_t depthwise_bytes = 0;  // per run: column outputs plus outputs of nodes run whole
   int64_t bytes_in_l2 = 0, bytes_in_l3 = 0;  // per run: intermediates kept in tile buffers
+  // Whether L3 columns were considered: a budget above L2's, and activations that spill the L3
+  // layer by layer (plan_columns).
+  bool l3_tier = false;
 };
 
 // Partitions a specialized graph (every shape concrete) into columns, greedily: from each
@@ -141,9 +158,9 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options);
 
 // Lays out one candidate column with tile height `tile_rows` (rows, ownership, buffers, working
 // set, byte counts); nullopt when it is not a valid column (an intermediate that no op of the
-// column reads, ops of different batch sizes).
+// column reads, ops of different batch sizes). `rolling`: as PlanOptions::rolling.
 std::optional<Column> layout_column(const graph::Graph& graph, std::vector<TileOp> ops,
-                                    int64_t tile_rows);
+                                    int64_t tile_rows, bool rolling = true);
 
 // The report `sparsecol inspect --plan` prints.
 std::string describe_plan(const graph::Graph& graph, const TilePlan& plan);

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -300,6 +302,61 @@ TEST_P(DepthwiseConvTest, MatchesReference) {
     for (std::size_t i = 0; i < dst.size(); ++i) {
       ASSERT_NEAR(dst[i], p.expected[i], 1e-4f * (1.0f + std::abs(p.expected[i])))
           << to_string(isa) << " at " << i;
+    }
+  }
+}
+
+// The channel-lane 3x3 kernel against the per-plane one, bit for bit (both accumulate bias, then
+// the taps in the same order, so the depth-wise and layer-wise schedules agree whichever kernel
+// a tile gets), and against the reference: random 3x3 geometries with channel counts that leave
+// a tail for the per-plane fallback, widths around the vector length, paddings 0..2, a random
+// row range read from a tile buffer holding only its input rows and written into a whole tensor
+// (rows outside the range must stay untouched).
+TEST_P(DepthwiseConvTest, ChannelLanesMatchPlanesBitForBit) {
+  const kernels::Isa isa = GetParam();
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t channels[] = {1, 7, 8, 13, 16, 20, 35, 48};
+    const int64_t c_count = channels[rng() % 8];
+    const int64_t stride = 1 + static_cast<int64_t>(rng() % 2);
+    const int64_t pad = static_cast<int64_t>(rng() % 3);
+    const int64_t in_h = std::max<int64_t>(3 - 2 * pad, 1) + static_cast<int64_t>(rng() % 16);
+    const int64_t in_w = std::max<int64_t>(3 - 2 * pad, 1) + static_cast<int64_t>(rng() % 40);
+    const ConvGeometry g =
+        make_geometry(ConvCase{"", c_count, c_count, in_h, in_w, 3, stride, pad, 1, c_count});
+    SCOPED_TRACE(
+        fmt::format("trial {}: c {} {}x{} s{} p{}", trial, c_count, in_h, in_w, stride, pad));
+    bool with_residual = false;
+    const Epilogue e = random_epilogue(rng, &with_residual);
+    const Problem p(g, e, with_residual, rng);
+    const int64_t a = static_cast<int64_t>(rng() % g.out_h);
+    const int64_t b = static_cast<int64_t>(rng() % g.out_h);
+    const int64_t r0 = std::min(a, b), r1 = std::max(a, b) + 1;
+    int64_t first = 0, last = 0;
+    kernels::conv_input_rows(g, r0, r1, &first, &last);
+    std::vector<float> src_tile = copy_rows(p.src, g.in_c, g.in_h, g.in_w, first, last);
+    const PlaneView src_view{src_tile.data(), first, (last - first) * g.in_w};
+    const int64_t out_plane = g.out_h * g.out_w;
+    const PlaneView res_view{const_cast<float*>(p.residual.data()), 0, out_plane};
+    std::vector<float> got[2];
+    const kernels::DwconvMethod methods[] = {kernels::DwconvMethod::kPlanes,
+                                             kernels::DwconvMethod::kChannelLanes};
+    for (int m = 0; m < 2; ++m) {
+      got[m].assign(p.expected.size(), kSentinel);
+      std::vector<float> scratch;
+      kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), src_view,
+                             {got[m].data(), 0, out_plane}, r0, r1, e,
+                             with_residual ? &res_view : nullptr, scratch, isa, methods[m]);
+    }
+    for (std::size_t i = 0; i < p.expected.size(); ++i) {
+      const int64_t r = static_cast<int64_t>(i) % out_plane / g.out_w;
+      if (r < r0 || r >= r1) {
+        ASSERT_EQ(got[1][i], kSentinel)
+            << "wrote outside rows [" << r0 << ", " << r1 << ") at " << i;
+        continue;
+      }
+      ASSERT_NEAR(got[1][i], p.expected[i], 1e-4f * (1.0f + std::abs(p.expected[i]))) << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[1][i]), std::bit_cast<uint32_t>(got[0][i])) << i;
     }
   }
 }

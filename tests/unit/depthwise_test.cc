@@ -9,7 +9,6 @@
 #include "graph/passes.h"
 #include "graph_builder.h"
 #include "plan/tile_plan.h"
-#include "runtime/depthwise/line_buffers.h"
 
 namespace sparsecol::testing {
 namespace {
@@ -107,6 +106,61 @@ TEST(Depthwise, ElementwiseOpsAndEscapingIntermediatesMatchReference) {
   expect_matches_reference(eltwise_net(), {{"x", random_tensor({2, 4, 15, 9}, 21)}});
 }
 
+// A weight with ~90% of its entries zeroed (seeded), so that the conv runs sparse.
+Tensor pruned(std::vector<int64_t> shape, uint32_t seed) {
+  Tensor t = random_tensor(std::move(shape), seed);
+  const Tensor keep = random_tensor(t.shape(), seed + 1, 0.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (keep.data<float>()[i] < 0.9f) t.data<float>()[i] = 0.0f;
+  }
+  return t;
+}
+
+// A ResNet downsample block, pruned: the strided 1x1 convs (stride `s1x1`, pads `pads`) read
+// every stride-th pixel, which the conv kernel gathers unless a tap can fall in padding
+// (kernels::gathers_strided_pointwise), one with the residual Add + Relu fused, one plain (bias
+// only) read by the next conv.
+graph::Graph downsample_net(std::vector<int64_t> s1x1, std::vector<int64_t> pads) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 16, 13, 11});
+  const int h =
+      b.node("Relu",
+             {b.node("Conv", {x, b.constant("w1", pruned({24, 16, 3, 3}, 1))}, {{"pads", kPad1}})});
+  const int down = b.node(
+      "Conv",
+      {h, b.constant("wd", pruned({32, 24, 1, 1}, 3)), b.constant("bd", random_tensor({32}, 5))},
+      {{"strides", s1x1}, {"pads", pads}});
+  const int branch = b.node("Conv", {h, b.constant("w2", pruned({32, 24, 1, 1}, 6))},
+                            {{"strides", s1x1}, {"pads", pads}});
+  const int sum = b.node("Relu", {b.node("Add", {branch, down})});
+  const int last = b.node("Conv", {sum, b.constant("w3", pruned({20, 32, 1, 1}, 8))});
+  return b.finish({last});
+}
+
+TEST(Depthwise, StridedSparse1x1MatchesReference) {
+  const NamedTensors inputs = {{"x", random_tensor({3, 16, 13, 11}, 26)}};
+  // Odd planes: the last gathered row and column are the image's last ones (13 = 6 * 2 + 1).
+  for (const std::vector<int64_t>& strides :
+       {std::vector<int64_t>{2, 2}, std::vector<int64_t>{3, 2}, std::vector<int64_t>{1, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "strides " << strides[0] << "x" << strides[1]);
+    const graph::Graph g = downsample_net(strides, {0, 0, 0, 0});
+    expect_matches_reference(g, inputs);
+    int gathered = 0;
+    for (const LayerInfo& info : depthwise(g, inputs, 2, {})->layers()) {
+      gathered += info.implementation.find("spmm-1x1-gathered") != std::string::npos;
+    }
+    EXPECT_EQ(gathered, 2) << "both strided 1x1 convs gathered";
+  }
+  // Bottom and right padding no tap reaches (out 7x6 from 13x11): gathered too.
+  expect_matches_reference(downsample_net({2, 2}, {0, 0, 1, 1}), inputs);
+  // Top and left padding: taps outside the image, left to the conv kernel's own lowering.
+  const graph::Graph padded = downsample_net({2, 2}, {1, 1, 0, 0});
+  expect_matches_reference(padded, inputs);
+  for (const LayerInfo& info : depthwise(padded, inputs, 2, {})->layers()) {
+    EXPECT_EQ(info.implementation.find("spmm-1x1-gathered"), std::string::npos) << info.node;
+  }
+}
+
 // Rows kept in rolling buffers from one run must not leak into the next (every run's first
 // tile of a thread recomputes its halo).
 TEST(Depthwise, SecondRunInReusedBuffersGivesTheSameResult) {
@@ -148,7 +202,7 @@ TEST(Depthwise, RollingBuffersComputeEachRowOnce) {
           for (std::size_t t = 0; t < c.rows.size(); ++t) {
             const plan::RowRange r = c.rows[t][i];
             const plan::RowRange kept =
-                t > 0 ? runtime::depthwise::kept_rows(c.rows[t - 1][i], r) : plan::RowRange{};
+                t > 0 ? plan::kept_rows(c.rows[t - 1][i], r) : plan::RowRange{};
             if (!kept.empty()) {
               EXPECT_EQ(kept.begin, r.begin) << "kept rows are a prefix";
             }
@@ -169,7 +223,7 @@ TEST(Depthwise, RollingBuffersComputeEachRowOnce) {
 }
 
 TEST(Depthwise, KeptRowsAreTheOverlapOfConsecutiveTiles) {
-  using runtime::depthwise::kept_rows;
+  using plan::kept_rows;
   EXPECT_EQ(kept_rows({0, 5}, {3, 9}), (plan::RowRange{3, 5}));
   EXPECT_TRUE(kept_rows({0, 5}, {5, 9}).empty()) << "adjacent tiles share nothing";
   EXPECT_TRUE(kept_rows({0, 5}, {7, 9}).empty()) << "a gap (strided reader)";

@@ -462,5 +462,28 @@ TEST_P(EltwiseTest, UnaryMatchesReference) {
   }
 }
 
+// The 2-D transpose between strided views: every shape around the 4 x 4 blocks (edges of 0-3
+// rows or columns), padded strides; elements outside the block must stay untouched.
+TEST(Transpose2d, RandomBlocksMatchIndexArithmetic) {
+  std::mt19937 rng(61);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t rows = rng() % 23, cols = rng() % 23;
+    const int64_t lds = cols + static_cast<int64_t>(rng() % 5);
+    const int64_t ldd = rows + static_cast<int64_t>(rng() % 5);
+    std::vector<float> src(static_cast<std::size_t>(std::max<int64_t>(1, rows * lds)));
+    for (float& v : src) v = dist(rng);
+    std::vector<float> dst(static_cast<std::size_t>(std::max<int64_t>(1, cols * ldd)), 7.0f);
+    kernels::transpose_2d(src.data(), lds, rows, cols, dst.data(), ldd);
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t r = 0; r < ldd; ++r) {
+        const float want = r < rows ? src[static_cast<std::size_t>(r * lds + c)] : 7.0f;
+        ASSERT_EQ(dst[static_cast<std::size_t>(c * ldd + r)], want)
+            << rows << " x " << cols << " at " << r << ", " << c;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sparsecol::testing

@@ -136,7 +136,8 @@ void expect_valid_plan(const graph::Graph& g, const plan::TilePlan& plan) {
   ASSERT_EQ(plan.column_of.size(), g.nodes.size());
   for (std::size_t ci = 0; ci < plan.columns.size(); ++ci) {
     const plan::Column& c = plan.columns[ci];
-    ASSERT_FALSE(c.ops.empty());
+    // One op alone keeps nothing in cache: it runs whole.
+    ASSERT_GE(c.ops.size(), 2u);
     // Consecutive nodes, all in this column: a column never crosses a node that runs whole.
     for (int n = c.ops.front().node; n <= c.ops.back().node; ++n) {
       EXPECT_EQ(plan.column_of[static_cast<std::size_t>(n)], static_cast<int>(ci))
@@ -216,13 +217,14 @@ TEST(Partition, ColumnsNeverCrossWholeTensorOps) {
     if (op == "GlobalAveragePool" || op == "Gemm" || op == "Flatten") {
       EXPECT_EQ(plan.column_of[n], -1) << op << " needs the whole tensor";
     }
-    if (op == "Conv" || op == "MaxPool") {
+    if ((op == "Conv" || op == "MaxPool") && n + 1 < g.nodes.size()) {
       EXPECT_GE(plan.column_of[n], 0) << g.nodes[n].name;
     }
   }
   // With a roomy budget everything from the stem to the pool (the residual block's skip
-  // connection inside) forms one column, and the conv after the GAP its own.
-  ASSERT_EQ(plan.columns.size(), 2u) << plan::describe_plan(g, plan);
+  // connection inside) forms one column; the conv after the GAP, alone, runs whole.
+  ASSERT_EQ(plan.columns.size(), 1u) << plan::describe_plan(g, plan);
+  EXPECT_EQ(plan.why_whole.back(), "a column of one op keeps nothing in cache");
   EXPECT_EQ(plan.columns[0].ops.front().node, 0);
   EXPECT_EQ(g.nodes[static_cast<std::size_t>(plan.columns[0].ops.back().node)].op_type, "MaxPool");
   EXPECT_LT(plan.depthwise_bytes, plan.layerwise_bytes);
@@ -386,6 +388,91 @@ TEST(Partition, SmallBatchGetsTilesForEveryThread) {
   }
 }
 
+// Rolling buffers (PlanOptions::rolling): a buffer that keeps rows for the next tile shares its
+// bytes with no other buffer of the column, so the arena the working set counts is at least the
+// halo recomputation's, where buffers share once their readers are done.
+TEST(Partition, RollingBuffersThatKeepRowsShareNoBytes) {
+  const graph::Graph g = prepared(residual_chain(), {1, 16, 32, 24});
+  for (int64_t rows : {1, 3, 7}) {
+    std::vector<plan::TileOp> ops;
+    std::string why;
+    for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+      const std::optional<plan::TileOp> op = plan::make_tile_op(g, n, &why);
+      if (!op) break;
+      ops.push_back(*op);
+    }
+    ASSERT_GE(ops.size(), 4u);
+    const std::optional<plan::Column> halo = plan::layout_column(g, ops, rows, false);
+    const std::optional<plan::Column> rolling = plan::layout_column(g, ops, rows, true);
+    ASSERT_TRUE(halo && rolling);
+    EXPECT_GE(rolling->arena_bytes, halo->arena_bytes);
+    const plan::Column& c = *rolling;
+    auto extent = [&](std::size_t k) {
+      int64_t max_rows = 0;
+      for (const auto& tile : c.rows) max_rows = std::max(max_rows, tile[k].size());
+      return std::pair{c.buffer_offset[k], c.buffer_offset[k] + max_rows * c.ops[k].row_bytes()};
+    };
+    int keeping = 0;
+    for (std::size_t k = 0; k + 1 < c.ops.size(); ++k) {
+      bool kept = false;
+      for (std::size_t t = 1; t < c.rows.size(); ++t) {
+        kept = kept || !plan::kept_rows(c.rows[t - 1][k], c.rows[t][k]).empty();
+      }
+      if (!kept) continue;
+      ++keeping;
+      const auto [begin, end] = extent(k);
+      EXPECT_LE(end, c.arena_bytes);
+      for (std::size_t j = 0; j + 1 < c.ops.size(); ++j) {
+        if (j == k) continue;
+        const auto [b, e] = extent(j);
+        EXPECT_TRUE(e <= begin || b >= end)
+            << "buffer " << k << " keeps rows but shares bytes with " << j << " at " << rows;
+      }
+    }
+    EXPECT_GT(keeping, 0) << "3x3 convs keep rows between tiles of " << rows;
+  }
+}
+
+// Where the threads would need tiles narrower than a kernel tile (64 pixels) to each get some
+// at batch 1, the small planes run whole (each op split across the threads); a batch with an
+// image per thread, or a tile height the user forces, tiles them.
+TEST(Partition, SmallPlanesRunWholeWhenTheThreadsNeedNarrowTiles) {
+  auto plan_at = [](int64_t batch, int64_t tile_rows) {
+    const graph::Graph g = prepared(residual_cnn(), {batch, 3, 32, 24});
+    plan::PlanOptions options;
+    options.threads = 4;
+    options.cache_budget_bytes = 64 << 20;
+    options.tile_rows = tile_rows;
+    const plan::TilePlan plan = plan::plan_columns(g, options);
+    expect_valid_plan(g, plan);
+    return std::pair{g, plan};
+  };
+  // Batch 1, 4 threads: 8 tiles per image. The 32x24 stem and block: 4-row tiles of 96 pixels;
+  // the strided conv's 16x12 plane: 2-row tiles of 24 pixels, or 4-row tiles of 48 with one
+  // tile per thread, too narrow either way; the pool's 8x6 plane too.
+  const auto [g, small] = plan_at(1, 0);
+  const auto pool = static_cast<std::size_t>(
+      std::find_if(g.nodes.begin(), g.nodes.end(),
+                   [](const graph::Node& n) { return n.op_type == "MaxPool"; }) -
+      g.nodes.begin());
+  ASSERT_EQ(g.nodes[pool - 1].op_type, "Conv");
+  EXPECT_GE(small.column_of[0], 0) << plan::describe_plan(g, small);
+  for (std::size_t n : {pool - 1, pool}) {
+    EXPECT_EQ(small.column_of[n], -1) << plan::describe_plan(g, small);
+    EXPECT_EQ(small.why_whole[n], "4 threads at batch 1 would need tiles under 64 pixels");
+  }
+  for (const plan::Column& c : small.columns) {
+    EXPECT_GE(c.tile_rows * c.ops.back().width, 64) << plan::describe_plan(g, small);
+  }
+  for (auto [batch, tile_rows] :
+       {std::pair{int64_t{4}, int64_t{0}}, std::pair{int64_t{1}, int64_t{1}}}) {
+    const auto [gb, plan] = plan_at(batch, tile_rows);
+    EXPECT_GE(plan.column_of[pool - 1], 0)
+        << "batch " << batch << ", tile rows " << tile_rows << "\n"
+        << plan::describe_plan(gb, plan);
+  }
+}
+
 // An intermediate read inside the column and again after it is written to memory by the tiles
 // that own its rows.
 TEST(Partition, IntermediateReadAfterTheColumnIsAnOutput) {
@@ -423,6 +510,15 @@ TEST(Partition, ReportNamesColumnsAndTheByteReduction) {
   EXPECT_NE(report.find("halo overhead"), std::string::npos) << report;
   EXPECT_NE(report.find("layer by layer"), std::string::npos) << report;
   EXPECT_NE(report.find("whole   GlobalAveragePool"), std::string::npos) << report;
+  // An L3 that holds the activations layer by layer: the report says the tier is off.
+  plan::PlanOptions roomy;
+  roomy.shared_cache_bytes = 64 << 20;
+  const plan::TilePlan plan = plan::plan_columns(g, roomy);
+  EXPECT_FALSE(plan.l3_tier);
+  const std::string off = plan::describe_plan(g, plan);
+  EXPECT_NE(off.find("no L3 tier (the activations fit half the 64.0 MiB L3 layer by layer)"),
+            std::string::npos)
+      << off;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <span>
 #include <string>
@@ -406,7 +407,11 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
   const SparseConvCase cases[] = {
       {"1x1", 24, 20, 9, 13, 1, 1, 0, 1, 1},
       {"1x1_grouped", 24, 20, 7, 11, 1, 1, 0, 1, 4},
+      // Strided 1x1: gathered (conv.h, gathers_strided_pointwise), unless a tap can fall in the
+      // padding (phase planes).
       {"1x1_stride2", 16, 24, 9, 13, 1, 2, 0, 1, 1},
+      {"1x1_stride3_grouped", 16, 24, 10, 11, 1, 3, 0, 1, 2},
+      {"1x1_stride2_pad1", 16, 24, 9, 13, 1, 2, 1, 1, 1},
       {"3x3_s1_p1", 16, 24, 11, 37, 3, 1, 1, 1, 1},
       {"3x3_s1_p0", 8, 12, 9, 9, 3, 1, 0, 1, 1},
       {"3x3_s1_dilation2", 8, 12, 12, 19, 3, 1, 2, 2, 1},
@@ -463,6 +468,8 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
   EXPECT_EQ(impl(g1, 0.8), "spmm-1x1/" + isa);
   EXPECT_EQ(impl(g3, 0.8), "spmm-3x3/" + isa);
   EXPECT_EQ(impl(gs, 0.8), "spmm-3x3-strided/" + isa);
+  const kernels::ConvGeometry g1s = make_geometry({"", 16, 16, 8, 8, 1, 2, 0, 1, 1});
+  EXPECT_EQ(impl(g1s, 0.8), "spmm-1x1-gathered/" + isa);
   EXPECT_EQ(impl(g3, 0.9).rfind("im2col-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl(g3, kernels::kAlwaysDense).rfind("im2col-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl(gd, 0.0).rfind("depthwise-3x3/", 0), 0u);  // depthwise stays dense
@@ -507,8 +514,17 @@ TEST_P(SparseLinearTest, MatchesReferenceGemm) {
           for (int64_t j = 0; j < n; ++j) w_kn[i * n + j] = w[j * k + i];
         }
       }
-      const kernels::SparseLinear sparse = transposed ? kernels::SparseLinear(w.data(), k, n, 1, k)
-                                                      : kernels::SparseLinear(w.data(), k, n, n, 1);
+      // Blocks of K rows: some layers in one block, others in several, with a K tail.
+      const int64_t depth_block =
+          rng() % 2 == 0 ? kernels::kSpmmLinearDepthBlock : 1 + static_cast<int64_t>(rng() % 40);
+      SCOPED_TRACE(fmt::format("K blocks of {}", depth_block));
+      const kernels::SparseLinear sparse =
+          transposed ? kernels::SparseLinear(w.data(), k, n, 1, k, depth_block)
+                     : kernels::SparseLinear(w.data(), k, n, n, 1, depth_block);
+      const kernels::SparseLinear one_block = transposed
+                                                  ? kernels::SparseLinear(w.data(), k, n, 1, k, k)
+                                                  : kernels::SparseLinear(w.data(), k, n, n, 1, k);
+      EXPECT_EQ(sparse.nnz(), one_block.nnz());
       const int64_t ldx = k + 2, ldy = n + 3;
       const std::vector<float> x = random_vector(tokens * ldx, 1.0f, rng);
       EpilogueData ed = random_epilogue(tokens, n, ldy, rng);
@@ -529,6 +545,11 @@ TEST_P(SparseLinearTest, MatchesReferenceGemm) {
           ASSERT_NEAR(have[i], want[i], 1e-4f * (1.0f + std::abs(want[i])))
               << "features [" << begin << ", " << end << ") at " << i / ldy << ", " << i % ldy;
         }
+        // K blocks continue each element's sum in order: the same bits as one block.
+        std::vector<float> whole(tokens * ldy, kSentinel);
+        kernels::sparse_linear(one_block, x.data(), ldx, tokens, begin, end, whole.data() + begin,
+                               ldy, e, scratch, GetParam());
+        ASSERT_EQ(0, std::memcmp(whole.data(), have.data(), have.size() * sizeof(float)));
       }
     }
   }

@@ -24,7 +24,6 @@
 
 #include "plan/memory_plan.h"
 #include "plan/tile_plan.h"
-#include "runtime/depthwise/line_buffers.h"
 #include "runtime/depthwise/replicas.h"
 #include "runtime/depthwise/tile_kernels.h"
 #include "runtime/depthwise/tile_queue.h"
@@ -36,8 +35,8 @@ namespace sparsecol::runtime {
 
 namespace {
 
-using depthwise::kept_rows;
 using depthwise::TileArgs;
+using plan::kept_rows;
 
 bool verbose_from_env() {
   const char* v = std::getenv("SPARSECOL_VERBOSE");
@@ -64,6 +63,7 @@ plan::PlanOptions plan_options(int threads, const Options& options) {
   p.sparse_threshold = options.sparse_threshold;
   p.tile_rows = options.tile_rows;
   p.threads = std::max(1, threads);
+  p.rolling = options.tile_reuse == TileReuse::kRolling;
   return p;
 }
 
@@ -268,41 +268,21 @@ class DepthwiseExecutor final : public Executor {
     }
   }
 
-  // Halo: the planner's arena, where buffers whose lifetimes within a tile do not overlap share
-  // bytes. Rolling: a buffer that keeps rows for the next tile must survive the whole tile, so
-  // it shares bytes with none; the others still share.
+  // The planner's arena (with PlanOptions::rolling as tile_reuse says); op k's buffer holds its
+  // most rows of any tile, so its channel planes are that many rows apart.
   void layout_tile_buffers(ColumnRun& run) const {
     const plan::Column& c = *run.column;
-    const auto m = c.ops.size();
     run.rolling = options_.tile_reuse == TileReuse::kRolling;
     run.offset = c.buffer_offset;
     run.arena_bytes = c.arena_bytes;
-    run.plane_stride.assign(m, 0);
-    std::vector<plan::BufferRequest> requests;
-    for (std::size_t k = 0; k + 1 < m; ++k) {
+    run.plane_stride.assign(c.ops.size(), 0);
+    for (std::size_t k = 0; k + 1 < c.ops.size(); ++k) {
       int64_t max_rows = 0;
-      bool kept = false;
-      for (std::size_t t = 0; t < c.rows.size(); ++t) {
-        max_rows = std::max(max_rows, c.rows[t][k].size());
-        kept = kept || (t > 0 && !kept_rows(c.rows[t - 1][k], c.rows[t][k]).empty());
+      for (const std::vector<plan::RowRange>& tile : c.rows) {
+        max_rows = std::max(max_rows, tile[k].size());
       }
       run.plane_stride[k] = max_rows * c.ops[k].width;
-      int last_reader = static_cast<int>(k);
-      for (std::size_t i = k + 1; i < m; ++i) {
-        for (const Source& s : run.sources[i]) {
-          if (s.kind == Source::Kind::kTile && s.id == static_cast<int>(k)) {
-            last_reader = static_cast<int>(i);
-          }
-        }
-      }
-      requests.push_back({max_rows * c.ops[k].row_bytes(), kept ? 0 : static_cast<int>(k),
-                          kept ? static_cast<int>(m) : last_reader});
     }
-    if (!run.rolling) return;
-    const plan::MemoryPlan arena = plan::plan_memory(requests);
-    run.offset = arena.offsets;
-    run.offset.push_back(-1);  // the anchor: memory
-    run.arena_bytes = arena.arena_size;
   }
 
   // The values in memory (column outputs, outputs of whole nodes) in one arena, planned with

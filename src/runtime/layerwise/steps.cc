@@ -16,6 +16,7 @@
 #include "f32-pool/pool.h"
 #include "f32-spmm/spmm.h"
 #include "graph/op_params.h"
+#include "graph/ops_tensor.h"
 #include "runtime/epilogue.h"
 #include "runtime/kernel_bindings.h"
 #include "runtime/reference/reference_ops.h"
@@ -342,7 +343,7 @@ class SparseLinearStep final : public FastStep {
   void describe(LayerInfo& info) const override {
     info.implementation = implementation();
     info.weight_format = "sparse-csr";
-    info.packed_bytes = weight_.weight_t().packed_bytes();
+    info.packed_bytes = weight_.packed_bytes();
   }
 
  private:
@@ -624,6 +625,110 @@ std::unique_ptr<Step> make_global_average_pool(const graph::Graph& graph, const 
   return std::make_unique<GlobalAveragePoolStep>(graph, node, l.batch * l.channels, l.inner);
 }
 
+// ---- Transpose: batched 2-D transposes, or copies of contiguous runs ----
+
+// The input's dims and the permutation with size-1 axes dropped and axes that stay adjacent
+// merged, so that the loops are few and long (BERT's attention head split [B, 128, 12, 64] by
+// (0, 2, 1, 3) becomes runs of 64 floats; by (0, 2, 3, 1), 128 x 64 transposes per head).
+std::pair<Dims, Dims> simplify_permutation(const Dims& in, const Dims& perm) {
+  Dims renumber(in.size(), -1), dims, order;
+  for (std::size_t a = 0; a < in.size(); ++a) {
+    if (in[a] == 1) continue;
+    renumber[a] = static_cast<int64_t>(dims.size());
+    dims.push_back(in[a]);
+  }
+  for (int64_t p : perm) {
+    if (renumber[static_cast<std::size_t>(p)] >= 0)
+      order.push_back(renumber[static_cast<std::size_t>(p)]);
+  }
+  // Merge output axes i, i + 1 that read input axes p, p + 1: one axis of their product.
+  for (std::size_t i = 0; i + 1 < order.size();) {
+    const int64_t p = order[i];
+    if (order[i + 1] != p + 1) {
+      ++i;
+      continue;
+    }
+    dims[static_cast<std::size_t>(p)] *= dims[static_cast<std::size_t>(p + 1)];
+    dims.erase(dims.begin() + p + 1);
+    order.erase(order.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    for (int64_t& q : order) q -= q > p ? 1 : 0;
+  }
+  if (dims.empty()) return {{1}, {0}};
+  return {dims, order};
+}
+
+class TransposeStep final : public FastStep {
+ public:
+  // `simplified`: the input's dims and the permutation, from simplify_permutation().
+  TransposeStep(const graph::Graph& graph, const graph::Node& node,
+                std::pair<Dims, Dims> simplified)
+      : FastStep(graph, node, "transpose-2d"),
+        in_(std::move(simplified.first)),
+        perm_(std::move(simplified.second)) {
+    const std::size_t rank = in_.size();
+    Dims in_stride(rank, 1), out_dims(rank), out_stride(rank, 1);
+    for (std::size_t a = rank - 1; a-- > 0;) in_stride[a] = in_stride[a + 1] * in_[a + 1];
+    for (std::size_t i = 0; i < rank; ++i) out_dims[i] = in_[static_cast<std::size_t>(perm_[i])];
+    for (std::size_t i = rank - 1; i-- > 0;) out_stride[i] = out_stride[i + 1] * out_dims[i + 1];
+    // The output's last axis reads input axis `a`; the input's last axis lands on output axis b.
+    const auto a = static_cast<std::size_t>(perm_.back());
+    const auto b = static_cast<std::size_t>(
+        std::find(perm_.begin(), perm_.end(), static_cast<int64_t>(rank - 1)) - perm_.begin());
+    rows_ = a == rank - 1 ? 1 : in_[a];
+    cols_ = in_[rank - 1];
+    lds_ = in_stride[a];
+    ldd_ = out_stride[b];
+    // Every other output axis indexes one block.
+    for (std::size_t i = 0; i < rank; ++i) {
+      if (i == rank - 1 || i == b) continue;
+      batch_.push_back({out_dims[i], in_stride[static_cast<std::size_t>(perm_[i])], out_stride[i]});
+    }
+  }
+
+  void run(RunContext& ctx) override {
+    const float* x = input(ctx, 0);
+    float* y = output(ctx);
+    int64_t blocks = 1;
+    for (const Axis& axis : batch_) blocks *= axis.dim;
+    const int64_t per_task = std::max<int64_t>(1, kEltwiseTaskFloats / (rows_ * cols_));
+    parallel_for(ctx.threads, ceil_div(blocks, per_task), [&](int64_t task, int) {
+      for (int64_t block = task * per_task; block < std::min(blocks, (task + 1) * per_task);
+           ++block) {
+        int64_t src = 0, dst = 0, rest = block;
+        for (std::size_t i = batch_.size(); i-- > 0;) {
+          src += rest % batch_[i].dim * batch_[i].in_stride;
+          dst += rest % batch_[i].dim * batch_[i].out_stride;
+          rest /= batch_[i].dim;
+        }
+        if (rows_ == 1) {
+          std::memcpy(y + dst, x + src, static_cast<std::size_t>(cols_) * sizeof(float));
+        } else {
+          kernels::transpose_2d(x + src, lds_, rows_, cols_, y + dst, ldd_);
+        }
+      }
+    });
+    finish(ctx, false);
+  }
+
+ private:
+  struct Axis {
+    int64_t dim, in_stride, out_stride;
+  };
+  Dims in_, perm_;
+  std::vector<Axis> batch_;  // outermost first
+  int64_t rows_ = 1, cols_ = 1, lds_ = 0, ldd_ = 0;
+};
+
+std::unique_ptr<Step> make_transpose(const graph::Graph& graph, const graph::Node& node,
+                                     [[maybe_unused]] const Options& options,
+                                     std::string* why_not) {
+  const std::optional<Dims> x = dims_of(graph, node.input(0));
+  if (!x || x->empty() || numel(*x) == 0) return *why_not = "a scalar, empty or unknown", nullptr;
+  const Dims perm =
+      graph::resolve_perm(graph::InferContext(graph, node), static_cast<int64_t>(x->size()));
+  return std::make_unique<TransposeStep>(graph, node, simplify_permutation(*x, perm));
+}
+
 // ---- Element-wise ----
 
 // An operand's broadcast onto the output seen as rows x n (n = the output's last dimension),
@@ -781,6 +886,7 @@ std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Nod
       {"MatMul", make_matmul},
       {"Gemm", make_gemm},
       {"Softmax", make_softmax},
+      {"Transpose", make_transpose},
       {"LayerNormalization", make_layer_norm},
       {"MaxPool", make_pool},
       {"AveragePool", make_pool},

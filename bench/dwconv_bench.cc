@@ -1,0 +1,81 @@
+// dwconv2d_rows on every depthwise layer shape of MobileNetV2 (224x224 input, batch 1, whole
+// image in one call, one thread, Clip(0, 6) fused as the network does), once per kernel
+// (DwconvMethod): "planes" (per-plane vectors) and "lanes" (channels in the lanes) side by side,
+// so that one noisy run compares them. Counters: GFLOPs (2 per multiply-add).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "f32-dwconv/dwconv.h"
+
+namespace {
+
+using sparsecol::kernels::DwconvMethod;
+
+struct Layer {
+  const char* name;
+  int64_t channels, in_hw, stride;
+};
+
+// All ten distinct depthwise shapes of MobileNetV2 (3x3, padding 1).
+const Layer kLayers[] = {
+    {"32_112", 32, 112, 1},    {"96_112_s2", 96, 112, 2}, {"144_56", 144, 56, 1},
+    {"144_56_s2", 144, 56, 2}, {"192_28", 192, 28, 1},    {"192_28_s2", 192, 28, 2},
+    {"384_14", 384, 14, 1},    {"576_14", 576, 14, 1},    {"576_14_s2", 576, 14, 2},
+    {"960_7", 960, 7, 1},
+};
+
+void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod method) {
+  sparsecol::kernels::ConvGeometry g;
+  g.in_c = g.out_c = g.groups = layer.channels;
+  g.in_h = g.in_w = layer.in_hw;
+  g.kernel_h = g.kernel_w = 3;
+  g.stride_h = g.stride_w = layer.stride;
+  g.pad_top = g.pad_left = 1;
+  g.out_h = g.out_w = (layer.in_hw + 2 - 3) / layer.stride + 1;
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+  };
+  const std::vector<float> src = random(g.in_c * g.in_h * g.in_w);
+  const std::vector<float> weight = random(g.in_c * 9);
+  const std::vector<float> bias = random(g.in_c);
+  std::vector<float> dst(g.out_c * g.out_h * g.out_w);
+  sparsecol::kernels::Epilogue epilogue;
+  epilogue.post_residual = sparsecol::kernels::Activation::kClip;
+  epilogue.clip_max = 6.0f;
+  std::vector<float> scratch;
+  const sparsecol::kernels::PlaneView src_view{const_cast<float*>(src.data()), 0, g.in_h * g.in_w};
+  const sparsecol::kernels::PlaneView dst_view{dst.data(), 0, g.out_h * g.out_w};
+  for (auto _ : state) {
+    sparsecol::kernels::dwconv2d_rows(g, weight.data(), bias.data(), src_view, dst_view, 0, g.out_h,
+                                      epilogue, nullptr, scratch, sparsecol::kernels::active_isa(),
+                                      method);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * 9.0 * static_cast<double>(g.out_c * g.out_h * g.out_w);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+const bool kRegistered = [] {
+  for (const Layer& layer : kLayers) {
+    for (const auto& [method, name] : {std::pair{DwconvMethod::kPlanes, "planes"},
+                                       std::pair{DwconvMethod::kChannelLanes, "lanes"}}) {
+      benchmark::RegisterBenchmark(
+          (std::string("dwconv/mobilenetv2/") + layer.name + "/" + name).c_str(), dwconv_layer,
+          layer, method)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  return true;
+}();
+
+}  // namespace

@@ -1,0 +1,270 @@
+// The channel-lane 3x3 depthwise kernel (DwconvMethod::kChannelLanes, see dwconv.h): kLanes
+// channels per vector instead of kLanes pixels of one plane. Include only from .cc files (see
+// f32-eltwise/simd.h).
+//
+// Why: on NCHW planes a vector holds pixels of one channel, so a 7x7 or 14x14 plane wastes lanes
+// (7 of 8, 14 of 16) and pays a fixed cost per channel and row (a padded copy of every input row,
+// an accumulator round trip, an epilogue pass) that its few pixels cannot amortize: the
+// per-plane kernel ran MobileNetV2's 960x7x7 layer at ~4 ns per output on Zen 3, its 112x112
+// stride-2 layer at ~3.4 ns. With channels in the lanes every tap is one full vector at any
+// width, stride 2 is just an address step, the 9 weights and the bias stay in registers for a
+// whole block of channels, and the epilogue runs on registers. The price is a transpose of each
+// input row on the way in and of each output row on the way out (kLanes x kLanes register
+// blocks). Against the per-plane kernel on all ten depthwise shapes of MobileNetV2
+// (bench/dwconv_bench.cc, Zen 3, one thread, thread CPU time, medians of 5 in one run on a loaded
+// machine): 2.4x (32x112x112), 2.6x (144x56x56 stride 2), 3.0-3.1x (96x112x112 stride 2,
+// 144x56x56, 192x28x28), 3.7-4.5x (192x28x28 stride 2 and every 14x14 and 7x7 layer).
+//
+// Per block of kLanes channels, output row by output row: the 3 input rows an output row reads
+// live transposed ([column][lane], zero-padded columns and rows) in a ring of 3 rows, so each
+// input row is transposed once (stride 1: one new row per output row, stride 2: two); an output
+// row is computed into a [column][lane] buffer, then transposed back into the kLanes planes.
+// Accumulation order per output (bias, then taps ky-major, x * w + acc) is the per-plane
+// kernel's, so both give bit-identical results.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "f32-conv/conv.h"
+#include "f32-eltwise/simd.h"
+
+namespace sparsecol::kernels {
+namespace {
+
+// Whether transpose() below is a shuffle network (AVX2) rather than element moves: DwconvMethod::
+// kAuto takes the channel-lane kernel only then. The AVX-512 (16 x 16) network is not written
+// yet: no machine here runs AVX-512 to measure it against the per-plane kernel.
+#if defined(__AVX2__) && !defined(__AVX512F__)
+constexpr bool kTransposeTuned = true;
+#else
+constexpr bool kTransposeTuned = false;
+#endif
+
+// r[i][j] <-> r[j][i] for a kLanes x kLanes block.
+inline void transpose(Vec* r) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  // The 24-shuffle 8x8 transpose: 32-bit interleave, 64-bit interleave, 128-bit halves.
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+#else
+  // Element moves: correct at any lane count, for the tests of the portable and AVX-512 paths.
+  float t[kLanes * kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    for (int j = 0; j < kLanes; ++j) t[j * kLanes + i] = r[i][j];
+  }
+  for (int i = 0; i < kLanes; ++i) r[i] = load(t + i * kLanes);
+#endif
+}
+
+// The first `count` lanes (0 < count < kLanes) of v to p. On AVX2 as 4-, 2- and 1-float
+// stores: a masked store (vmaskmovps) costs Zen 3 about 12 cycles, and 7x7 planes end every row
+// with one.
+inline void store_few(float* p, Vec v, int64_t count) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  __m128 part = _mm256_castps256_ps128(v);
+  if (count & 4) {
+    _mm_storeu_ps(p, part);
+    part = _mm256_extractf128_ps(v, 1);
+    p += 4;
+  }
+  if (count & 2) {
+    _mm_storel_pi(reinterpret_cast<__m64*>(p), part);
+    part = _mm_movehl_ps(part, part);
+    p += 2;
+  }
+  if (count & 1) _mm_store_ss(p, part);
+#else
+  store_partial(p, v, count);
+#endif
+}
+
+// Whether the channel-lane kernel serves geometry g (MobileNetV2's depthwise layers).
+inline bool lanes_supported(const ConvGeometry& g) {
+  return g.kernel_h == 3 && g.kernel_w == 3 && g.dilation_h == 1 && g.dilation_w == 1 &&
+         g.stride_h == g.stride_w && (g.stride_w == 1 || g.stride_w == 2) && g.pad_left <= 2 &&
+         g.in_c >= kLanes;
+}
+
+// One output row of one channel block: out[ox] = bias + sum of taps for ox < out_w, `rows` the
+// 3 transposed input rows it reads. Four outputs at a time: four independent FMA chains hide the
+// FMA latency while the 9 weights stay in registers (the epilogue runs after the transpose back,
+// which keeps its constants out of this loop's registers).
+template <int64_t S>
+inline void lanes_row(const float* const* rows, const Vec* w, Vec bias, int64_t out_w, float* out) {
+  int64_t ox = 0;
+  for (; ox + 4 <= out_w; ox += 4) {
+    Vec a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+    for (int ky = 0; ky < 3; ++ky) {
+      for (int kx = 0; kx < 3; ++kx) {
+        const float* p = rows[ky] + (ox * S + kx) * kLanes;
+        const Vec wt = w[ky * 3 + kx];
+        a0 = fmadd(load(p), wt, a0);
+        a1 = fmadd(load(p + S * kLanes), wt, a1);
+        a2 = fmadd(load(p + 2 * S * kLanes), wt, a2);
+        a3 = fmadd(load(p + 3 * S * kLanes), wt, a3);
+      }
+    }
+    store(out + ox * kLanes, a0);
+    store(out + (ox + 1) * kLanes, a1);
+    store(out + (ox + 2) * kLanes, a2);
+    store(out + (ox + 3) * kLanes, a3);
+  }
+  for (; ox < out_w; ++ox) {
+    Vec a = bias;
+    for (int ky = 0; ky < 3; ++ky) {
+      for (int kx = 0; kx < 3; ++kx)
+        a = fmadd(load(rows[ky] + (ox * S + kx) * kLanes), w[ky * 3 + kx], a);
+    }
+    store(out + ox * kLanes, a);
+  }
+}
+
+// How store_back applies the epilogue: not at all, as one clamp (Relu, Clip: MobileNetV2's
+// Relu6), or through the generic activation switch (residual, pre-residual activation, Gelu).
+enum class StoreMode { kPlain, kClamp, kGeneric };
+
+inline StoreMode store_mode(const Epilogue& e, const PlaneView* residual) {
+  if (residual != nullptr || e.pre_residual != Activation::kNone ||
+      e.post_residual == Activation::kGelu) {
+    return StoreMode::kGeneric;
+  }
+  return e.post_residual == Activation::kNone ? StoreMode::kPlain : StoreMode::kClamp;
+}
+
+// Transposes one output row of a channel block ([column][lane], out_w columns) back into the
+// kLanes planes at d (d_stride apart), applying post(residual + pre(acc)) on the way; `res`
+// (res_stride apart) is nullptr without a residual. The store is the kernel's costliest stage
+// (with the generic activation switch per vector, leaving it out made the 144x56x56 layer ~3x
+// faster), so the common epilogues skip that switch: kClamp is vmax then vmin, the very
+// operations vactivation runs for Relu (max with 0, min with +inf changes nothing) and Clip.
+// Measured 1.1-1.8x on the whole kernel over the switch per vector (two runs, not interleaved).
+template <StoreMode kMode>
+inline void store_back(const float* out, int64_t out_w, const Epilogue& e, const float* res,
+                       int64_t res_stride, float* d, int64_t d_stride) {
+  const bool relu = e.post_residual == Activation::kRelu;
+  const Vec lo = splat(relu ? 0.0f : e.clip_min);
+  const Vec hi = splat(relu ? std::numeric_limits<float>::infinity() : e.clip_max);
+  for (int64_t x0 = 0; x0 < out_w; x0 += kLanes) {
+    const int64_t count = std::min(kLanes, out_w - x0);
+    Vec r[kLanes];
+    for (int k = 0; k < kLanes; ++k) r[k] = load(out + (x0 + k) * kLanes);
+    transpose(r);
+    for (int i = 0; i < kLanes; ++i) {
+      Vec v = r[i];
+      if constexpr (kMode == StoreMode::kClamp) {
+        v = vmin(vmax(v, lo), hi);
+      } else if constexpr (kMode == StoreMode::kGeneric) {
+        v = vactivation(e.pre_residual, v, e.clip_min, e.clip_max);
+        if (res != nullptr) {
+          const float* p = res + i * res_stride + x0;
+          v += count == kLanes ? load(p) : load_partial(p, count);
+        }
+        v = vactivation(e.post_residual, v, e.clip_min, e.clip_max);
+      }
+      if (count == kLanes) {
+        store(d + i * d_stride + x0, v);
+      } else {
+        store_few(d + i * d_stride + x0, v, count);
+      }
+    }
+  }
+}
+
+// Channels [0, c_end) (a multiple of kLanes) of output rows [oh_begin, oh_end); see the top of
+// this file. Arguments as dwconv2d_rows.
+inline void dwconv3x3_lanes(const ConvGeometry& g, const float* weight, const float* bias,
+                            const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
+                            int64_t oh_end, const Epilogue& e, const PlaneView* residual,
+                            int64_t c_end, std::vector<float>& scratch) {
+  const int64_t s = g.stride_w;
+  const int64_t padded_w = (g.out_w - 1) * s + 3;  // padded columns the outputs read
+  const int64_t cols = std::clamp(padded_w - g.pad_left, int64_t{0}, g.in_w);  // input columns read
+  const int64_t row_floats = padded_w * kLanes;
+  const int64_t out_blocks = (g.out_w + kLanes - 1) / kLanes;
+  scratch.assign(static_cast<std::size_t>(3 * row_floats + out_blocks * kLanes * kLanes), 0.0f);
+  float* ring = scratch.data();  // zeroed: the padding columns stay zero for the whole call
+  float* out = ring + 3 * row_floats;
+  const StoreMode mode = store_mode(e, residual);
+  auto slot = [&](int64_t v) { return ring + (v % 3 + 3) % 3 * row_floats; };
+
+  for (int64_t c0 = 0; c0 < c_end; c0 += kLanes) {
+    // The block's 9 weights and bias as vectors (built through memory: element inserts into
+    // generic vectors draw GCC 12's spurious maybe-uninitialized warnings).
+    Vec w[9];
+    float lane[kLanes];
+    for (int t = 0; t < 9; ++t) {
+      for (int i = 0; i < kLanes; ++i) lane[i] = weight[(c0 + i) * 9 + t];
+      w[t] = load(lane);
+    }
+    for (int i = 0; i < kLanes; ++i) lane[i] = bias != nullptr ? bias[c0 + i] : 0.0f;
+    const Vec b = load(lane);
+
+    // Transposes input row v of the block into its ring slot (zeros outside the image).
+    auto fill = [&](int64_t v) {
+      float* row = slot(v) + g.pad_left * kLanes;
+      if (v < 0 || v >= g.in_h) {
+        std::fill_n(row, cols * kLanes, 0.0f);
+        return;
+      }
+      const float* plane = src.data + c0 * src.plane_stride + (v - src.row0) * g.in_w;
+      for (int64_t x0 = 0; x0 < cols; x0 += kLanes) {
+        const int64_t count = std::min(kLanes, cols - x0);
+        Vec r[kLanes];
+        for (int i = 0; i < kLanes; ++i) {
+          const float* p = plane + i * src.plane_stride + x0;
+          r[i] = count == kLanes ? load(p) : load_partial(p, count);
+        }
+        transpose(r);
+        for (int64_t k = 0; k < count; ++k) store(row + (x0 + k) * kLanes, r[k]);
+      }
+    };
+
+    int64_t next = oh_begin * s - g.pad_top;  // input rows below `next` are in the ring
+    for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
+      const int64_t v0 = oh * s - g.pad_top;
+      for (; next < v0 + 3; ++next) fill(next);
+      const float* rows[3] = {slot(v0), slot(v0 + 1), slot(v0 + 2)};
+      if (s == 1) {
+        lanes_row<1>(rows, w, b, g.out_w, out);
+      } else {
+        lanes_row<2>(rows, w, b, g.out_w, out);
+      }
+      const float* res = residual == nullptr ? nullptr
+                                             : residual->data + c0 * residual->plane_stride +
+                                                   (oh - residual->row0) * g.out_w;
+      float* d = dst.data + c0 * dst.plane_stride + (oh - dst.row0) * g.out_w;
+      const int64_t res_stride = residual == nullptr ? 0 : residual->plane_stride;
+      switch (mode) {
+        case StoreMode::kPlain:
+          store_back<StoreMode::kPlain>(out, g.out_w, e, res, res_stride, d, dst.plane_stride);
+          break;
+        case StoreMode::kClamp:
+          store_back<StoreMode::kClamp>(out, g.out_w, e, res, res_stride, d, dst.plane_stride);
+          break;
+        case StoreMode::kGeneric:
+          store_back<StoreMode::kGeneric>(out, g.out_w, e, res, res_stride, d, dst.plane_stride);
+          break;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sparsecol::kernels
