@@ -11,6 +11,7 @@
 #include "f32-conv/conv.h"
 #include "isa.h"
 #include "peak.h"
+#include "random_data.h"
 
 namespace {
 
@@ -65,12 +66,7 @@ void conv_layer(benchmark::State& state, const Layer& layer) {
   g.out_h = g.out_w = (layer.in_hw + 2 * g.pad_top - layer.kernel) / layer.stride + 1;
 
   std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto random = [&](int64_t n) {
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-  };
+  auto random = [&](int64_t n) { return sparsecol::bench::random_floats(n, rng); };
   const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
   std::vector<float> src = random(g.in_c * g.in_h * g.in_w);
   const std::vector<float> weight = random(g.out_c * depth);

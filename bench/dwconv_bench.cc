@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "f32-dwconv/dwconv.h"
+#include "random_data.h"
 
 namespace {
 
@@ -37,12 +38,7 @@ void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod meth
   g.out_h = g.out_w = (layer.in_hw + 2 - 3) / layer.stride + 1;
 
   std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto random = [&](int64_t n) {
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-  };
+  auto random = [&](int64_t n) { return sparsecol::bench::random_floats(n, rng); };
   const std::vector<float> src = random(g.in_c * g.in_h * g.in_w);
   const std::vector<float> weight = random(g.in_c * 9);
   const std::vector<float> bias = random(g.in_c);

@@ -16,6 +16,7 @@
 #include "f32-gemm/gemm.h"
 #include "f32-gemm/ukernels.h"
 #include "peak.h"
+#include "random_data.h"
 
 namespace sparsecol::bench {
 namespace {
@@ -54,10 +55,7 @@ constexpr LayerShape kShapes[] = {
 
 std::vector<float> random_values(int64_t count, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = value(rng);
-  return v;
+  return sparsecol::bench::random_floats(count, rng);
 }
 
 void BM_Gemm(benchmark::State& state, LayerShape shape, const GemmUkernel* ukernel) {

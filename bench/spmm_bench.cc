@@ -17,6 +17,7 @@
 #include "f32-conv/conv.h"
 #include "f32-gemm/gemm.h"
 #include "f32-spmm/spmm.h"
+#include "random_data.h"
 
 namespace {
 
@@ -56,12 +57,7 @@ const LinearLayer kLinearLayers[] = {
     {"bert/ffn_down_3072x768", 3072, 768},
 };
 
-std::vector<float> random_vector(int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using sparsecol::bench::random_floats;
 
 // Zeroes a `sparsity` fraction of the elements at random (what magnitude pruning of random
 // weights leaves: unstructured).
@@ -91,10 +87,10 @@ void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity
   g.out_h = g.out_w = (layer.in_hw + 2 * g.pad_top - layer.kernel) / layer.stride + 1;
   std::mt19937 rng(1);
   const int64_t depth = g.in_c * g.kernel_h * g.kernel_w;
-  const std::vector<float> src = random_vector(g.in_c * g.in_h * g.in_w, rng);
-  std::vector<float> weight = random_vector(g.out_c * depth, rng);
+  const std::vector<float> src = random_floats(g.in_c * g.in_h * g.in_w, rng);
+  std::vector<float> weight = random_floats(g.out_c * depth, rng);
   if (sparsity > 0.0) prune(weight, sparsity, rng);
-  const std::vector<float> bias = random_vector(g.out_c, rng);
+  const std::vector<float> bias = random_floats(g.out_c, rng);
   std::vector<float> dst(static_cast<std::size_t>(g.out_c * g.out_h * g.out_w));
   const PackedConv conv(g, weight.data(), bias.data(), sparsity < 0.0 ? kAlwaysDense : 0.0);
   Epilogue epilogue;
@@ -115,10 +111,10 @@ void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity
 // runs), sparse through sparse_linear().
 void linear_layer(benchmark::State& state, const LinearLayer& layer, double sparsity) {
   std::mt19937 rng(2);
-  const std::vector<float> x = random_vector(kTokens * layer.k, rng);
-  std::vector<float> w = random_vector(layer.k * layer.n, rng);
+  const std::vector<float> x = random_floats(kTokens * layer.k, rng);
+  std::vector<float> w = random_floats(layer.k * layer.n, rng);
   if (sparsity > 0.0) prune(w, sparsity, rng);
-  const std::vector<float> bias = random_vector(layer.n, rng);
+  const std::vector<float> bias = random_floats(layer.n, rng);
   std::vector<float> y(static_cast<std::size_t>(kTokens * layer.n)), scratch;
   Epilogue epilogue;
   epilogue.col_bias = bias.data();
