@@ -287,8 +287,8 @@ int64_t min_tile_rows(const TileOp& anchor) { return ceil_div(kMinTilePixels, an
 // one per thread would be (small planes at batch 1: ResNet-50's 7x7 stage). Those ops run whole
 // instead, each split across the threads by the layer-by-layer steps: with 14-pixel tiles
 // ResNet-50 90% pruned ran 0.95x and MobileNetV2 80% 0.87x layer by layer at batch 1 (2
-// threads). A batch with enough images is tiled for the cache alone; a forced tile height
-// (PlanOptions::tile_rows) is the user's call.
+// threads), with this rule 1.00x and 1.20x (docs/BENCHMARKS.md). A batch with enough images is
+// tiled for the cache alone; a forced tile height (PlanOptions::tile_rows) is the user's call.
 std::optional<int64_t> max_tile_rows(const TileOp& anchor, const PlanOptions& options) {
   const auto threads = static_cast<int64_t>(std::max(1, options.threads));
   for (const int64_t per_thread : {2, 1}) {
