@@ -172,6 +172,43 @@ TEST(Specialize, FoldsShapeSubgraphOnceBatchIsKnown) {
   EXPECT_EQ(max_abs_diff(y.reshaped({4, 2, 3}), input), 0.0f);
 }
 
+// A residual Add whose operands' batch dims shape inference named apart (as in BERT's export) is
+// left alone at load and fused once specialize() makes every shape concrete, with the same
+// results.
+TEST(Specialize, FusesResidualAddsOnceShapesAreKnown) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 5, 8}, "batch");
+  const int r = b.input("r", {-1, 5, 16}, "unk__0");
+  const graph::Shape out{{-1, "unk__1"}, {5, {}}, {16, {}}};
+  const Tensor w = random_tensor({8, 16}, 1);
+  const int mm = b.node("MatMul", {x, b.constant("w", w)}, {}, out);
+  const int add = b.node("Add", {mm, r}, {}, out);
+  graph::Graph g = b.finish({b.node("Relu", {add}, {}, out)});
+  graph::optimize(g, runtime::evaluate_node);
+  EXPECT_EQ(count_ops(g, "Add"), 1) << "shapes not known to match at load";
+  const NamedTensors inputs = {{"x", random_tensor({3, 5, 8}, 2)},
+                               {"r", random_tensor({3, 5, 16}, 3)}};
+  const graph::Graph s =
+      graph::specialize(g, {{"x", {3, 5, 8}}, {"r", {3, 5, 16}}}, runtime::evaluate_node);
+  ASSERT_EQ(s.nodes.size(), 1u);
+  EXPECT_EQ(kinds(s.nodes[0]),
+            (std::vector<EpilogueOp::Kind>{EpilogueOp::Kind::kAdd, EpilogueOp::Kind::kRelu}));
+  // relu(x w + r), computed here: run_reference() specializes (and so fuses) too.
+  const Tensor& xs = inputs.at("x");
+  const Tensor& rs = inputs.at("r");
+  Tensor want = Tensor::zeros(DType::kFloat32, {3, 5, 16});
+  for (int64_t t = 0; t < 15; ++t) {
+    for (int64_t n = 0; n < 16; ++n) {
+      float acc = rs.data<float>()[t * 16 + n];
+      for (int64_t k = 0; k < 8; ++k)
+        acc += xs.data<float>()[t * 8 + k] * w.data<float>()[k * 16 + n];
+      want.data<float>()[t * 16 + n] = std::max(acc, 0.0f);
+    }
+  }
+  const NamedTensors got = runtime::make_reference_executor(s)->run(inputs);
+  EXPECT_LE(max_abs_diff(got.begin()->second, want), 1e-5f);
+}
+
 TEST(Specialize, RejectsShapeContradictingAFixedDimension) {
   GraphBuilder b;
   const int x = b.input("x", {-1, 8});

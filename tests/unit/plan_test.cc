@@ -464,12 +464,14 @@ TEST(Partition, SmallPlanesRunWholeWhenTheThreadsNeedNarrowTiles) {
   for (const plan::Column& c : small.columns) {
     EXPECT_GE(c.tile_rows * c.ops.back().width, 64) << plan::describe_plan(g, small);
   }
-  for (auto [batch, tile_rows] :
-       {std::pair{int64_t{4}, int64_t{0}}, std::pair{int64_t{1}, int64_t{1}}}) {
-    const auto [gb, plan] = plan_at(batch, tile_rows);
-    EXPECT_GE(plan.column_of[pool - 1], 0)
-        << "batch " << batch << ", tile rows " << tile_rows << "\n"
-        << plan::describe_plan(gb, plan);
+  // An image per thread: the strided conv is tiled again.
+  const auto [g4, batch4] = plan_at(4, 0);
+  EXPECT_GE(batch4.column_of[pool - 1], 0) << plan::describe_plan(g4, batch4);
+  // A forced tile height is the user's call: no op runs whole for being narrow.
+  const auto [g1, forced] = plan_at(1, 1);
+  for (std::size_t n = 0; n < g1.nodes.size(); ++n) {
+    EXPECT_EQ(forced.why_whole[n].find("pixels"), std::string::npos)
+        << plan::describe_plan(g1, forced);
   }
 }
 
