@@ -67,7 +67,9 @@ std::vector<std::string> subcommands(const std::string& main_help) {
 class HelpTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::path(SPARSECOL_TEST_TMPDIR) / "help_test").string();
+    // A directory per test: ctest runs the tests in parallel and run_cli's files are per dir.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = (fs::path(SPARSECOL_TEST_TMPDIR) / "help_test" / info->name()).string();
     fs::create_directories(dir_);
   }
   CliResult cli(const std::string& args) const { return testing::run_cli(args, dir_); }
