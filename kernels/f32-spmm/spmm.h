@@ -135,8 +135,9 @@ struct SpmmUkernel {
 // length, B tiles copied contiguous, and K-blocks of 1x1 layers (their rows split into blocks
 // of ~6 non-zeros: the per-row cost outweighs L1 hits). The 3x3 lowering, whose rows are 9x
 // longer, does use K-blocks (f32-conv/conv.cc).
-// Column tails use fewer vectors, each summed in the same order, so results do not depend on how
-// a caller splits the columns.
+// A column tail of up to 4 vectors joins the last full tile (up to 12 vectors); a longer one
+// gets a tile of its own. Every width sums each element in the same order, so results do not
+// depend on how a caller splits the columns.
 #define SPARSECOL_F32_SPMM_UKERNELS(X)         \
   X(f32_spmm_128x1__avx512, Isa::kAvx512, 128) \
   X(f32_spmm_64x1__avx2, Isa::kAvx2, 64)       \

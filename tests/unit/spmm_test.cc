@@ -149,8 +149,14 @@ void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t dep
 TEST_P(SpmmKernelTest, MatchesReferenceOnRandomRegions) {
   std::mt19937 rng(1234);
   const int tile = GetParam().tile;
-  // Column counts below, at and above every vector width and the tile.
-  const int64_t widths[] = {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 129};
+  // Column counts below, at and above every vector width and the tile, and tails that join the
+  // last full tile (up to 4 vectors past it) or do not (5).
+  const int64_t lanes = tile / 8;
+  std::vector<int64_t> widths = {1,  3,  4,  5,  7,  8,  9,  15,  16, 17,
+                                 31, 32, 33, 47, 63, 64, 65, 100, 129};
+  for (const int64_t past : {lanes + 1, 4 * lanes, 4 * lanes + 1, tile + 3 * lanes - 1}) {
+    widths.push_back(tile + past);
+  }
   for (const double sparsity : kSparsities) {
     for (const int64_t n : widths) {
       const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
