@@ -130,14 +130,47 @@ const GemmUkernel& default_gemm_ukernel(Isa isa) {
 
 int64_t packed_a_size(int64_t m, int64_t k, int mr) { return ceil_div(m, mr) * mr * k; }
 
-void pack_a_panels(const float* a, int64_t m, int64_t k, int64_t lda, int mr, float* dst) {
-  for (int64_t row0 = 0; row0 < m; row0 += mr) {
-    const int64_t rows = std::min<int64_t>(mr, m - row0);
-    for (int64_t p = 0; p < k; ++p) {
-      for (int64_t i = 0; i < rows; ++i) dst[i] = a[(row0 + i) * lda + p];
-      for (int64_t i = rows; i < mr; ++i) dst[i] = 0.0f;
-      dst += mr;
+namespace {
+
+// One panel of kMr rows, MR known at compile time so that the loop over rows unrolls into kMr
+// plain moves per column, reading the kMr rows in step. (The loop with MR a runtime value ran
+// ~5 cycles per float: on the attention products of BERT, M x K x N = 128 x 64 x 128 and
+// 128 x 128 x 64, where A is packed per call, packing took a third and a half of the time.)
+// `rows` < kMr: the panel's last kMr - rows rows are zeros.
+template <int kMr>
+void pack_a_panel(const float* a, int64_t rows, int64_t k, int64_t lda, float* dst) {
+  if (rows == kMr) {
+    for (int64_t p = 0; p < k; ++p, dst += kMr) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kMr; ++i) dst[i] = a[i * lda + p];
     }
+    return;
+  }
+  for (int64_t p = 0; p < k; ++p, dst += kMr) {
+    for (int i = 0; i < kMr; ++i) dst[i] = i < rows ? a[i * lda + p] : 0.0f;
+  }
+}
+
+template <int kMr>
+void pack_a_panels_of(const float* a, int64_t m, int64_t k, int64_t lda, float* dst) {
+  for (int64_t row0 = 0; row0 < m; row0 += kMr, dst += kMr * k) {
+    pack_a_panel<kMr>(a + row0 * lda, std::min<int64_t>(kMr, m - row0), k, lda, dst);
+  }
+}
+
+}  // namespace
+
+void pack_a_panels(const float* a, int64_t m, int64_t k, int64_t lda, int mr, float* dst) {
+  switch (mr) {
+    case 4:
+      return pack_a_panels_of<4>(a, m, k, lda, dst);
+    case 6:
+      return pack_a_panels_of<6>(a, m, k, lda, dst);
+    case 8:
+      return pack_a_panels_of<8>(a, m, k, lda, dst);
+    default:
+      throw Error(ErrorCode::kInternal,
+                  "pack_a_panels: no panel packing for MR " + std::to_string(mr));
   }
 }
 
