@@ -463,14 +463,15 @@ TEST_P(EltwiseTest, UnaryMatchesReference) {
 }
 
 // The 2-D transpose between strided views: every shape around the 4 x 4 blocks (edges of 0-3
-// rows or columns), padded strides; elements outside the block must stay untouched.
+// rows or columns) and the 16 x 16 tiles, padded strides, and strides of 4 KiB (which change the
+// tiling, see transpose.cc); elements outside the block must stay untouched.
 TEST(Transpose2d, RandomBlocksMatchIndexArithmetic) {
   std::mt19937 rng(61);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int64_t rows = rng() % 23, cols = rng() % 23;
-    const int64_t lds = cols + static_cast<int64_t>(rng() % 5);
-    const int64_t ldd = rows + static_cast<int64_t>(rng() % 5);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t rows = rng() % 41, cols = rng() % 41;
+    const int64_t lds = trial % 5 == 0 ? 1024 : cols + static_cast<int64_t>(rng() % 5);
+    const int64_t ldd = trial % 5 == 1 ? 1024 : rows + static_cast<int64_t>(rng() % 5);
     std::vector<float> src(static_cast<std::size_t>(std::max<int64_t>(1, rows * lds)));
     for (float& v : src) v = dist(rng);
     std::vector<float> dst(static_cast<std::size_t>(std::max<int64_t>(1, cols * ldd)), 7.0f);
