@@ -38,7 +38,8 @@ void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, in
                 int64_t rows, int64_t n, float lo = 0.0f, float hi = 0.0f, Isa isa = active_isa());
 
 // dst[c * ldd + r] = src[r * lds + c] for a rows x cols block (a 2-D transpose between strided
-// views): 4 x 4 blocks transposed in SSE registers (the x86-64-v2 baseline), scalar edges.
+// views): 4 x 4 blocks transposed in SSE registers (the x86-64-v2 baseline) within 16 x 16
+// tiles (see transpose.cc), scalar edges.
 // A scalar element-by-element transpose cost a third of the sparse kernel's time on BERT's
 // 768x768 layer at 95% (bench/spmm_bench.cc). One body for every ISA. src and dst must not
 // overlap.
