@@ -135,36 +135,15 @@ inline void spmm_tile(const SpmmArgs& args, int64_t col, int64_t count) {
   }
 }
 
-// One tile of `count` columns, 0 < count <= kTile + kMergeVecs * kLanes: its vector count fixed
-// at compile time so that the accumulators stay in registers.
+// One tile of `count` columns, 0 < count <= (kTileVecs + kMergeVecs) * kLanes, through the
+// spmm_tile whose vector count (a compile-time constant, so that the accumulators stay in
+// registers) covers it: a chain of at most 12 tests per region call.
+template <int kVecs = 1>
 inline void spmm_tile_of(const SpmmArgs& args, int64_t col, int64_t count) {
-  static_assert(kTileVecs + kMergeVecs == 12, "one case per tile width below");
-  switch ((count + kLanes - 1) / kLanes) {
-    case 1:
-      return spmm_tile<1>(args, col, count);
-    case 2:
-      return spmm_tile<2>(args, col, count);
-    case 3:
-      return spmm_tile<3>(args, col, count);
-    case 4:
-      return spmm_tile<4>(args, col, count);
-    case 5:
-      return spmm_tile<5>(args, col, count);
-    case 6:
-      return spmm_tile<6>(args, col, count);
-    case 7:
-      return spmm_tile<7>(args, col, count);
-    case 8:
-      return spmm_tile<8>(args, col, count);
-    case 9:
-      return spmm_tile<9>(args, col, count);
-    case 10:
-      return spmm_tile<10>(args, col, count);
-    case 11:
-      return spmm_tile<11>(args, col, count);
-    default:
-      return spmm_tile<12>(args, col, count);
+  if constexpr (kVecs < kTileVecs + kMergeVecs) {
+    if (count > kVecs * kLanes) return spmm_tile_of<kVecs + 1>(args, col, count);
   }
+  spmm_tile<kVecs>(args, col, count);
 }
 
 // The whole region: full tiles, then the column tail, alone or with the last full tile. The loop
