@@ -3,6 +3,7 @@
 #include "f32-spmm/spmm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -199,11 +200,17 @@ int64_t SparseLinear::packed_bytes() const {
 
 void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t tokens,
                    int64_t feature_begin, int64_t feature_end, float* y, int64_t ldy,
-                   const Epilogue& epilogue, std::vector<float>& scratch, Isa isa) {
+                   const Epilogue& epilogue, std::vector<float>& scratch, Isa isa,
+                   LinearLayouts layouts) {
   if (epilogue.row_bias != nullptr) invalid("sparse_linear: the epilogue has a row bias");
   if (feature_begin < 0 || feature_end > w.features() || feature_begin > feature_end) {
     invalid(fmt::format("sparse_linear: features [{}, {}) of {}", feature_begin, feature_end,
                         w.features()));
+  }
+  const bool x_blocks = layouts.x == TokenLayout::kFeatureBlocks;
+  const bool y_blocks = layouts.y == TokenLayout::kFeatureBlocks;
+  if (y_blocks && (epilogue.residual != nullptr || epilogue.post_residual != Activation::kNone)) {
+    invalid("sparse_linear: a residual or an activation after it on an output in feature blocks");
   }
   const int64_t features = feature_end - feature_begin, k = w.depth();
   if (tokens <= 0 || features == 0) return;
@@ -212,8 +219,7 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
   constexpr int64_t kFeatureChunk = 256;
   const std::size_t xt_size = static_cast<std::size_t>(k * kSpmmTokenBlock);
   scratch.resize(xt_size + static_cast<std::size_t>(kFeatureChunk * kSpmmTokenBlock));
-  float* xt = scratch.data();
-  float* yt = xt + xt_size;
+  float* yt = scratch.data() + xt_size;
   // The kernel applies the feature bias (a row bias of Y^T) and the activation before the
   // residual, with the last K block; the residual and the activation after it are applied after
   // transposing back, where the residual is read in its own (token-major) layout.
@@ -225,18 +231,33 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
   const std::vector<SparseMatrix>& blocks = w.blocks();
   for (int64_t t0 = 0; t0 < tokens; t0 += kSpmmTokenBlock) {
     const int64_t block = std::min(kSpmmTokenBlock, tokens - t0);
-    transpose_2d(x + t0 * ldx, ldx, block, k, xt, kSpmmTokenBlock);
+    // In feature blocks X^T and Y^T are copied whole, not read and written in place: the kernel
+    // visits a block's rows in the order of the non-zeros, and from the 12 MiB tensor (BERT's
+    // FFN at batch 8) that ran 0.93x of the transposing version (2 threads, Zen 3), against
+    // 1.04x with the copies (10 interleaved pairs, docs/BENCHMARKS.md).
+    const float* xb = x + token_feature_offset(layouts.x, t0, 0, ldx);
+    float* xt = scratch.data();
+    if (!x_blocks) {
+      transpose_2d(xb, ldx, block, k, xt, kSpmmTokenBlock);
+    } else {
+      std::memcpy(xt, xb, static_cast<std::size_t>(k * kSpmmTokenBlock) * sizeof(float));
+    }
     for (int64_t f0 = 0; f0 < features; f0 += kFeatureChunk) {
       const int64_t chunk = std::min(kFeatureChunk, features - f0);
       inner.row_bias = epilogue.col_bias != nullptr ? epilogue.col_bias + f0 : nullptr;
+      float* out = y + token_feature_offset(layouts.y, t0, f0, ldy);
       for (std::size_t b = 0; b < blocks.size(); ++b) {
         const SparseMatrix& wt = blocks[b];
         const bool last = b + 1 == blocks.size();
         spmm(wt, wt.offsets(), feature_begin + f0, feature_begin + f0 + chunk,
              xt + static_cast<int64_t>(b) * w.block_depth() * kSpmmTokenBlock, block, yt,
-             kSpmmTokenBlock, last ? inner : none, isa, /*accumulate=*/b > 0);
+             kSpmmTokenBlock, last ? inner : none, isa,
+             /*accumulate=*/b > 0);
       }
-      float* out = y + t0 * ldy + f0;
+      if (y_blocks) {
+        std::memcpy(out, yt, static_cast<std::size_t>(chunk * kSpmmTokenBlock) * sizeof(float));
+        continue;
+      }
       transpose_2d(yt, kSpmmTokenBlock, chunk, block, out, ldy);
       if (epilogue.residual == nullptr && epilogue.post_residual == Activation::kNone) continue;
       // The add and the activation in separate passes, so that the add vectorizes (a call to

@@ -206,12 +206,34 @@ class SparseLinear {
   std::vector<SparseMatrix> blocks_;  // W^T [N x block] per K block
 };
 
-// Features [feature_begin, feature_end) of tokens [0, tokens): x is token 0's row (ldx apart),
-// y and the epilogue's pointers address (token 0, feature_begin); the epilogue's col_bias is per
-// feature and row_bias must be null. y must not overlap x or the residual (the result is
+// How a linear layer's activation [tokens x features] is laid out in memory: token-major (the
+// ONNX layout), or in feature blocks: blocks of kSpmmTokenBlock tokens, each feature-major
+// [features x kSpmmTokenBlock], which is how the kernel computes Y^T and reads X^T. Two sparse
+// linear layers in a row pass their activation in feature blocks (runtime/layerwise/steps.cc):
+// a block is copied out of the first and into the second instead of transposed.
+enum class TokenLayout { kTokenMajor, kFeatureBlocks };
+
+struct LinearLayouts {
+  TokenLayout x = TokenLayout::kTokenMajor, y = TokenLayout::kTokenMajor;
+};
+
+// The element offset of (token t, feature f) in an activation of `ld` features per token. In
+// feature blocks every block holds kSpmmTokenBlock tokens' room, the last one too (the kernel
+// reads and writes whole blocks; what it writes past the last token is unspecified).
+inline int64_t token_feature_offset(TokenLayout layout, int64_t t, int64_t f, int64_t ld) {
+  if (layout == TokenLayout::kTokenMajor) return t * ld + f;
+  return t / kSpmmTokenBlock * ld * kSpmmTokenBlock + f * kSpmmTokenBlock + t % kSpmmTokenBlock;
+}
+
+// Features [feature_begin, feature_end) of tokens [0, tokens): x addresses token 0 and y and the
+// epilogue's pointers (token 0, feature_begin), in their layouts (in feature blocks token 0 must
+// start a block); ldx and ldy are the features per token of the whole tensors. The epilogue's
+// col_bias is per feature and row_bias must be null; an output in feature blocks takes no
+// residual and no activation after it. y must not overlap x or the residual (the result is
 // transposed into y before the residual is added). Single-threaded; `scratch` grows as needed.
 void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t tokens,
                    int64_t feature_begin, int64_t feature_end, float* y, int64_t ldy,
-                   const Epilogue& epilogue, std::vector<float>& scratch, Isa isa = active_isa());
+                   const Epilogue& epilogue, std::vector<float>& scratch, Isa isa = active_isa(),
+                   LinearLayouts layouts = {});
 
 }  // namespace sparsecol::kernels

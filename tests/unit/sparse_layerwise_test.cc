@@ -62,11 +62,12 @@ graph::Graph pruned_cnn() {
   return b.finish({fc, res});
 }
 
-// Pruned transformer linear layers: MatMul + bias + GELU, MatMul + residual, over 70 tokens
-// (a full block of 64 and a tail) of 2 sequences.
-graph::Graph pruned_mlp() {
+// Pruned transformer linear layers: MatMul + bias + GELU, MatMul + residual, over `tokens`
+// tokens per sequence (70: a full block of 64 and a tail); `gelu_out`: the GELU's output is a
+// graph output too.
+graph::Graph pruned_mlp(int64_t tokens = 70, bool gelu_out = false) {
   GraphBuilder b;
-  const int x = b.input("x", {-1, 70, 48});
+  const int x = b.input("x", {-1, tokens, 48});
   const int h =
       b.node("Add", {b.node("MatMul", {x, b.constant("w1", pruned_tensor({48, 96}, 1, 0.9))}),
                      b.constant("b1", random_tensor({96}, 2))});
@@ -76,7 +77,7 @@ graph::Graph pruned_mlp() {
                      b.constant("half", scalar(0.5f))});
   const int out = b.node(
       "Add", {b.node("MatMul", {gelu, b.constant("w2", pruned_tensor({96, 48}, 3, 0.95))}), x});
-  return b.finish({out});
+  return gelu_out ? b.finish({out, gelu}) : b.finish({out});
 }
 
 // Layerwise with the default threshold (the pruned layers sparse) at 1, 2 and 3 threads against
@@ -128,10 +129,33 @@ TEST(SparseLayerwise, PrunedCnnAtBatchOneMatchesReference) {
   expect_sparse_matches_reference(pruned_cnn(), {{"x", random_tensor({1, 8, 15, 13}, 12)}});
 }
 
+// How many layers run with `what` in their implementation.
+int count_implementation(const std::vector<LayerInfo>& layers, const std::string& what) {
+  int n = 0;
+  for (const LayerInfo& l : layers) n += l.implementation.find(what) != std::string::npos ? 1 : 0;
+  return n;
+}
+
 TEST(SparseLayerwise, PrunedLinearLayersMatchReference) {
+  // 140 tokens fill no whole number of blocks: the layers pass their activation token-major.
   const std::vector<LayerInfo> layers = expect_sparse_matches_reference(
       pruned_mlp(), {{"x", random_tensor({2, 70, 48}, 21, -2.0f, 2.0f)}});
   EXPECT_EQ(count_format(layers, "sparse-csr"), 2);
+  EXPECT_EQ(count_implementation(layers, "feature blocks"), 0);
+}
+
+TEST(SparseLayerwise, LinearLayersInARowPassFeatureBlocks) {
+  // 2 x 96 tokens: three whole blocks; the first layer writes its output in feature blocks and
+  // the second reads it so, with the same results as the reference at every thread count.
+  const std::vector<LayerInfo> layers = expect_sparse_matches_reference(
+      pruned_mlp(96), {{"x", random_tensor({2, 96, 48}, 22, -2.0f, 2.0f)}});
+  EXPECT_EQ(count_implementation(layers, "(output in feature blocks)"), 1);
+  EXPECT_EQ(count_implementation(layers, "(input in feature blocks)"), 1);
+  // Not when the activation is also a graph output (the caller reads it token-major).
+  const std::vector<LayerInfo> read = expect_sparse_matches_reference(
+      pruned_mlp(96, true), {{"x", random_tensor({2, 96, 48}, 23, -2.0f, 2.0f)}});
+  EXPECT_EQ(count_format(read, "sparse-csr"), 2);
+  EXPECT_EQ(count_implementation(read, "feature blocks"), 0);
 }
 
 TEST(SparseLayerwise, ThresholdOptionPicksTheFormat) {

@@ -561,6 +561,84 @@ TEST_P(SparseLinearTest, MatchesReferenceGemm) {
   }
 }
 
+// Feature blocks (two sparse linear layers in a row): reading X and writing Y in feature blocks
+// gives the bits of the token-major call, for whole blocks and for a last block with room to
+// spare, over all features and over a feature range.
+TEST_P(SparseLinearTest, FeatureBlocksGiveTheTokenMajorBits) {
+  using kernels::TokenLayout;
+  constexpr int64_t kBlock = kernels::kSpmmTokenBlock;
+  std::mt19937 rng(23);
+  for (const int64_t tokens : {int64_t{64}, int64_t{128}, int64_t{100}}) {
+    const int64_t k = 1 + static_cast<int64_t>(rng() % 300);
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 300);
+    SCOPED_TRACE(fmt::format("{} tokens, K {} N {}", tokens, k, n));
+    std::vector<float> w = random_vector(k * n, 1.0f, rng);
+    prune(w, 0.9, rng);
+    const kernels::SparseLinear sparse(w.data(), k, n, n, 1, 1 + static_cast<int64_t>(rng() % 200));
+    const int64_t room = (tokens + kBlock - 1) / kBlock * kBlock;
+    // Token-major X, and the same in feature blocks.
+    const std::vector<float> x = random_vector(tokens * k, 1.0f, rng);
+    std::vector<float> x_blocks(room * k, 0.0f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t f = 0; f < k; ++f) {
+        x_blocks[kernels::token_feature_offset(TokenLayout::kFeatureBlocks, t, f, k)] =
+            x[t * k + f];
+      }
+    }
+    // What a feature-blocks output may take: the bias and the activation before the residual.
+    EpilogueData ed = random_epilogue(tokens, n, n, rng);
+    Epilogue e;
+    e.col_bias = ed.col_bias.data();
+    e.pre_residual = Activation::kGelu;
+    const int64_t f0 = static_cast<int64_t>(rng() % n);
+    const int64_t f1 = f0 + 1 + static_cast<int64_t>(rng() % (n - f0));
+    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, n}, {f0, f1}}) {
+      Epilogue region = e;
+      region.col_bias += begin;
+      std::vector<float> want(tokens * n, kSentinel), scratch;
+      kernels::sparse_linear(sparse, x.data(), k, tokens, begin, end, want.data() + begin, n,
+                             region, scratch, GetParam());
+      for (const TokenLayout x_layout : {TokenLayout::kTokenMajor, TokenLayout::kFeatureBlocks}) {
+        for (const TokenLayout y_layout : {TokenLayout::kTokenMajor, TokenLayout::kFeatureBlocks}) {
+          const bool xb = x_layout == TokenLayout::kFeatureBlocks;
+          const bool yb = y_layout == TokenLayout::kFeatureBlocks;
+          SCOPED_TRACE(fmt::format("features [{}, {}), X {}, Y {}", begin, end,
+                                   xb ? "blocks" : "token-major", yb ? "blocks" : "token-major"));
+          std::vector<float> y((yb ? room : tokens) * n, kSentinel);
+          kernels::sparse_linear(sparse, xb ? x_blocks.data() : x.data(), k, tokens, begin, end,
+                                 y.data() + kernels::token_feature_offset(y_layout, 0, begin, n), n,
+                                 region, scratch, GetParam(), {x_layout, y_layout});
+          for (int64_t t = 0; t < tokens; ++t) {
+            for (int64_t f = 0; f < n; ++f) {
+              const float have = y[kernels::token_feature_offset(y_layout, t, f, n)];
+              ASSERT_EQ(have, want[t * n + f]) << "token " << t << ", feature " << f;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(SparseLinearTest, RefusesAResidualOnAnOutputInFeatureBlocks) {
+  const std::vector<float> w(12, 1.0f), x(3 * 64, 1.0f), residual(4 * 64, 1.0f);
+  std::vector<float> y(4 * 64), scratch;
+  const kernels::SparseLinear sparse(w.data(), 3, 4, 4, 1);
+  const kernels::LinearLayouts blocks{kernels::TokenLayout::kTokenMajor,
+                                      kernels::TokenLayout::kFeatureBlocks};
+  Epilogue e;
+  e.residual = residual.data();
+  e.residual_ld = 4;
+  EXPECT_THROW(kernels::sparse_linear(sparse, x.data(), 3, 64, 0, 4, y.data(), 4, e, scratch,
+                                      GetParam(), blocks),
+               Error);
+  e.residual = nullptr;
+  e.post_residual = Activation::kRelu;
+  EXPECT_THROW(kernels::sparse_linear(sparse, x.data(), 3, 64, 0, 4, y.data(), 4, e, scratch,
+                                      GetParam(), blocks),
+               Error);
+}
+
 TEST_P(SparseLinearTest, RefusesARowBiasAndBadFeatureRanges) {
   const std::vector<float> w(12, 1.0f), x(12, 1.0f), bias(4, 1.0f);
   std::vector<float> y(16), scratch;

@@ -302,15 +302,20 @@ class GemmStep final : public FastStep {
 // A linear layer Y[T x N] = X[T x K] W[K x N] whose constant W is pruned: the sparse kernel over
 // Y^T = W^T X^T (kernels::sparse_linear), regions = blocks of kSpmmTokenBlock tokens x blocks of
 // features. Results do not depend on the split: the kernel sums every element in one order.
+// X and Y are token-major, or in feature blocks where they pass between two such layers (see
+// passes_in_feature_blocks).
 class SparseLinearStep final : public FastStep {
  public:
   SparseLinearStep(const graph::Graph& graph, const graph::Node& node, kernels::SparseLinear w,
-                   int64_t tokens, EpiloguePlan epilogue, const char* what)
+                   int64_t tokens, EpiloguePlan epilogue, kernels::LinearLayouts layouts,
+                   const char* what)
       : FastStep(graph, node,
-                 fmt::format("{} spmm/{}", what, kernels::to_string(kernels::active_isa()))),
+                 fmt::format("{} spmm/{}{}", what, kernels::to_string(kernels::active_isa()),
+                             describe_layouts(layouts))),
         weight_(std::move(w)),
         tokens_(tokens),
-        epilogue_(epilogue) {}
+        epilogue_(epilogue),
+        layouts_(layouts) {}
 
   void run(RunContext& ctx) override {
     const int64_t k = weight_.depth(), n = weight_.features();
@@ -334,8 +339,10 @@ class SparseLinearStep final : public FastStep {
         ep.residual = residual + t0 * n + f0;
         ep.residual_ld = n;
       }
-      kernels::sparse_linear(weight_, x + t0 * k, k, t1 - t0, f0, std::min(n, f0 + features),
-                             y + t0 * n + f0, n, ep, ctx.scratch[static_cast<std::size_t>(thread)]);
+      kernels::sparse_linear(
+          weight_, x + kernels::token_feature_offset(layouts_.x, t0, 0, k), k, t1 - t0, f0,
+          std::min(n, f0 + features), y + kernels::token_feature_offset(layouts_.y, t0, f0, n), n,
+          ep, ctx.scratch[static_cast<std::size_t>(thread)], kernels::active_isa(), layouts_);
     });
     finish(ctx, epilogue_.fits);
   }
@@ -347,9 +354,19 @@ class SparseLinearStep final : public FastStep {
   }
 
  private:
+  static std::string describe_layouts(kernels::LinearLayouts layouts) {
+    const bool x = layouts.x == kernels::TokenLayout::kFeatureBlocks;
+    const bool y = layouts.y == kernels::TokenLayout::kFeatureBlocks;
+    if (!x && !y) return "";
+    return fmt::format(" ({} in feature blocks)", x && y ? "input and output"
+                                                  : x    ? "input"
+                                                         : "output");
+  }
+
   kernels::SparseLinear weight_;
   int64_t tokens_;
   EpiloguePlan epilogue_;
+  kernels::LinearLayouts layouts_;
 };
 
 // Whether a constant linear-layer weight of `count` floats is pruned enough for the sparse path.
@@ -382,6 +399,51 @@ std::vector<int64_t> batch_offsets(const Dims& batch, const Dims& operand, int64
   return offsets;
 }
 
+// A MatMul that runs as a SparseLinearStep: its B a constant matrix pruned enough for the sparse
+// kernel and shared by every batch entry of a dense A (a linear layer).
+bool runs_sparse_linear(const graph::Graph& graph, const graph::Node& node,
+                        const Options& options) {
+  // make_fast_step's own conditions first: this also judges the MatMul that reads a value.
+  const bool all_f32 = std::all_of(node.inputs.begin(), node.inputs.end(),
+                                   [&](int v) { return v < 0 || is_f32(graph, v); });
+  if (node.op_type != "MatMul" || !node.domain.empty() || !all_f32 || node.outputs.empty() ||
+      !is_f32(graph, node.outputs[0])) {
+    return false;
+  }
+  const std::optional<Dims> a = dims_of(graph, node.input(0)), b = dims_of(graph, node.input(1));
+  const Tensor* weight = constant_of(graph, node.input(1));
+  if (!a || !b || a->size() < 2 || b->size() < 2 || weight == nullptr) return false;
+  const graph::MatMulParams p = graph::parse_matmul(graph, node, *a, *b);
+  return numel(p.b_batch) == 1 && p.a_batch == p.batch && use_sparse_linear(*weight, options);
+}
+
+// Whether value `v` passes between two sparse linear layers in feature blocks: the output of
+// one, read by nothing but the next as its X (BERT's FFN, 3072 features per token), whose
+// tokens fill whole blocks, and the first one's epilogue ends in its kernel (no residual, no
+// activation after it, see kernels::sparse_linear). Then the first writes Y^T as the kernel
+// computes it and the second reads it as its X^T: no transpose out of one and into the other.
+// Both steps ask this of the same value, so they agree on the layout.
+bool passes_in_feature_blocks(const graph::Graph& graph, int v, const Options& options) {
+  if (v < 0 || std::find(graph.outputs.begin(), graph.outputs.end(), v) != graph.outputs.end()) {
+    return false;
+  }
+  const int producer = value(graph, v).producer;
+  const std::vector<int> readers = graph.consumers()[static_cast<std::size_t>(v)];
+  if (producer < 0 || readers.size() != 1) return false;
+  const graph::Node& first = graph.nodes[static_cast<std::size_t>(producer)];
+  const graph::Node& second = graph.nodes[static_cast<std::size_t>(readers[0])];
+  if (first.outputs[0] != v || std::count(second.inputs.begin(), second.inputs.end(), v) != 1 ||
+      second.input(0) != v || !runs_sparse_linear(graph, first, options) ||
+      !runs_sparse_linear(graph, second, options)) {
+    return false;
+  }
+  const std::optional<Dims> y = dims_of(graph, v);
+  if (!y || y->empty() || (numel(*y) / y->back()) % kernels::kSpmmTokenBlock != 0) return false;
+  const EpiloguePlan epilogue = plan_epilogue(graph, first, *y, /*allow_col_bias=*/true);
+  return epilogue.fits && epilogue.residual < 0 &&
+         epilogue.kernel.post_residual == kernels::Activation::kNone;
+}
+
 std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& node,
                                   const Options& options, std::string* why_not) {
   const std::optional<Dims> a = dims_of(graph, node.input(0)), b = dims_of(graph, node.input(1));
@@ -391,25 +453,26 @@ std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& 
   }
   const graph::MatMulParams p = graph::parse_matmul(graph, node, *a, *b);
   const EpiloguePlan epilogue = plan_epilogue(graph, node, *y, /*allow_col_bias=*/true);
-  BatchedGemm s{p.m, p.n, p.k, {}, {}};
   const Tensor* weight = constant_of(graph, node.input(1));
-  const bool b_shared = numel(p.b_batch) == 1;
-  if (b_shared) {
+  if (runs_sparse_linear(graph, node, options)) {
+    using kernels::TokenLayout;
+    const kernels::LinearLayouts layouts{
+        passes_in_feature_blocks(graph, node.input(0), options) ? TokenLayout::kFeatureBlocks
+                                                                : TokenLayout::kTokenMajor,
+        passes_in_feature_blocks(graph, node.output(0), options) ? TokenLayout::kFeatureBlocks
+                                                                 : TokenLayout::kTokenMajor};
+    return std::make_unique<SparseLinearStep>(
+        graph, node, kernels::SparseLinear(weight->data<float>(), p.k, p.n, p.n, 1),
+        p.m * numel(p.batch), epilogue, layouts, "matmul");
+  }
+  BatchedGemm s{p.m, p.n, p.k, {}, {}};
+  if (numel(p.b_batch) == 1 && p.a_batch == p.batch) {
     // One B for every batch entry (a linear layer): fold A's batch dims into M, so that the
     // row blocks span tokens of every batch entry and B is read once per block.
-    const bool a_dense = p.a_batch == p.batch;
-    if (a_dense && weight != nullptr && use_sparse_linear(*weight, options)) {
-      return std::make_unique<SparseLinearStep>(
-          graph, node, kernels::SparseLinear(weight->data<float>(), p.k, p.n, p.n, 1),
-          p.m * numel(p.batch), epilogue, "matmul");
-    }
-    if (a_dense) {
-      s.m = p.m * numel(p.batch);
-      s.a_offsets = {0};
-      s.b_offsets = {0};
-    }
-  }
-  if (s.a_offsets.empty()) {
+    s.m = p.m * numel(p.batch);
+    s.a_offsets = {0};
+    s.b_offsets = {0};
+  } else {
     s.a_offsets = batch_offsets(p.batch, p.a_batch, p.m * p.k);
     s.b_offsets = batch_offsets(p.batch, p.b_batch, p.k * p.n);
   }
@@ -450,7 +513,7 @@ std::unique_ptr<Step> make_gemm(const graph::Graph& graph, const graph::Node& no
     kernels::SparseLinear sparse = p.trans_b ? kernels::SparseLinear(w, p.k, p.n, 1, p.k)
                                              : kernels::SparseLinear(w, p.k, p.n, p.n, 1);
     return std::make_unique<SparseLinearStep>(graph, node, std::move(sparse), p.m, epilogue,
-                                              "gemm");
+                                              kernels::LinearLayouts{}, "gemm");
   }
   std::vector<float> packed(static_cast<std::size_t>(p.k * p.n));
   for (int64_t kk = 0; kk < p.k; ++kk) {
