@@ -2,7 +2,8 @@
 // run: ResNet-50's 1x1 convolutions (A = weights [OC x IC], B = activations [IC x H*W]) and its
 // 3x3 convolutions as im2col GEMMs (K = 9 IC), MobileNetV2's pointwise convolutions (small K,
 // wide N), with the fused bias + Relu; BERT-base's linear layers at 128 tokens (A = activations
-// [128 x K] packed on every call, B = weights [K x N]) with the fused column bias; and one large
+// [128 x K] packed on every call, B = weights [K x N]) with the fused column bias, and its
+// attention products per head (both operands activations); and one large
 // square problem, the "large shape" of the >= 80%-of-peak goal. Counters: GFLOPs (2 M N K per call)
 // and peak_fraction against the measured peak of the micro-kernel's ISA (peak_bench.cc).
 // Single-threaded by contract.
@@ -46,10 +47,15 @@ constexpr LayerShape kShapes[] = {
     {"mobilenetv2_pw_16to96_112", 96, 16, 12544, true},
     {"mobilenetv2_pw_144to24_56", 24, 144, 3136, true},
     {"mobilenetv2_pw_64to384_14", 384, 64, 196, true},
+    {"mobilenetv2_pw_160to960_7", 960, 160, 49, true},
     {"mobilenetv2_pw_320to1280_7", 1280, 320, 49, true},
     {"bert_attention_proj_768x768", 128, 768, 768, false},
     {"bert_ffn_up_768x3072", 128, 768, 3072, false},
     {"bert_ffn_down_3072x768", 128, 3072, 768, false},
+    // The attention products per head, as the layer-by-layer step splits them (64-row blocks):
+    // Q K^T (K = 64, 128 keys) and softmax(.) V (K = 128 keys, 64 features).
+    {"bert_attention_scores", 64, 64, 128, false},
+    {"bert_attention_context", 64, 128, 64, false},
     {"square_1024", 1024, 1024, 1024, true},
 };
 

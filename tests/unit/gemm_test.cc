@@ -177,8 +177,10 @@ TEST_P(GemmUkernelTest, EveryEpilogueVariantOnLayerLikeShapes) {
   const GemmUkernel& u = ukernel();
   std::mt19937 rng(99);
   std::vector<float> scratch;
-  // Several blocks of M, N and K at once (the driver's MC, NC and KC loops), with tails.
-  const GemmShape shapes[] = {{67, 200, 576}, {300, 49, 129}, {5, 1100, 40}, {20, 1500, 300}};
+  // Several blocks of M, N and K at once (the driver's MC, NC and KC loops), with tails; and
+  // BERT's attention regions (both operands activations, B small).
+  const GemmShape shapes[] = {{67, 200, 576},  {300, 49, 129}, {5, 1100, 40},
+                              {20, 1500, 300}, {64, 128, 64},  {64, 64, 128}};
   for (const GemmShape& shape : shapes) {
     for (const EpilogueVariant& variant : kVariants) {
       const Problem problem(shape.m, shape.n, shape.k, variant, rng);
