@@ -35,6 +35,8 @@
 #include <cstring>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "f32-gemm/ukernels.h"
 #include "sparsecol/sparsecol.h"
 
@@ -174,15 +176,25 @@ void pack_a_panels(const float* a, int64_t m, int64_t k, int64_t lda, int mr, fl
   }
 }
 
-void gemm_packed_with_ukernel(const GemmUkernel& ukernel, const float* packed_a, int64_t m,
-                              int64_t k, const float* b, int64_t ldb, float* c, int64_t ldc,
-                              int64_t n, const Epilogue& epilogue) {
+namespace {
+
+// The B operand of the blocked driver: row-major, ldb apart (packed per call into strips where
+// several panels of A share it), or already in full-depth strips of NR columns (PackedB): the
+// strip of column j at data + j / NR * k * NR.
+struct BOperand {
+  const float* data = nullptr;
+  int64_t ldb = 0;
+  bool strips = false;
+};
+
+void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, int64_t k,
+                 BOperand b, float* c, int64_t ldc, int64_t n, const Epilogue& epilogue) {
   if (m <= 0 || n <= 0) return;
   const int64_t mr = ukernel.mr, nr = ukernel.nr;
   const Blocking blocking = choose_blocking(ukernel, k);
   const int64_t kc = blocking.kc, mc = blocking.mc, nc = blocking.nc;
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(k, kc));
-  const bool pack_b = m > mr && k > 0;
+  const bool pack_b = !b.strips && m > mr && k > 0;
   // One buffer per thread: callers run this on several threads at once, one region each.
   thread_local std::vector<float> packed_b;
   if (pack_b) packed_b.resize(static_cast<std::size_t>(kc * ceil_div(std::min(n, nc), nr) * nr));
@@ -197,13 +209,16 @@ void gemm_packed_with_ukernel(const GemmUkernel& ukernel, const float* packed_a,
       const bool last = kb + 1 == k_blocks;
       args.k = k1 - k0;
       args.accumulate = kb > 0;
-      if (pack_b) ukernel.pack_b(b + k0 * ldb + n0, ldb, k1 - k0, n1 - n0, packed_b.data());
-      args.ldb = pack_b ? nr : ldb;
+      if (pack_b)
+        ukernel.pack_b(b.data + k0 * b.ldb + n0, b.ldb, k1 - k0, n1 - n0, packed_b.data());
+      args.ldb = pack_b || b.strips ? nr : b.ldb;
       for (int64_t m0 = 0; m0 < m; m0 += mc) {
         const int64_t m1 = std::min(m, m0 + mc);
         auto tile = [&](int64_t i, int64_t j) {
           args.n = std::min(nr, n1 - j);
-          args.b = pack_b ? packed_b.data() + (j - n0) * (k1 - k0) : b + k0 * ldb + j;
+          args.b = b.strips ? b.data + j / nr * k * nr + k0 * nr
+                   : pack_b ? packed_b.data() + (j - n0) * (k1 - k0)
+                            : b.data + k0 * b.ldb + j;
           args.m = std::min(mr, m1 - i);
           args.a = packed_a + i * k + k0 * mr;  // panel i / mr starts at (i / mr) * mr * k
           args.c = c + i * ldc + j;
@@ -220,16 +235,30 @@ void gemm_packed_with_ukernel(const GemmUkernel& ukernel, const float* packed_a,
   }
 }
 
-void gemm_with_ukernel(const GemmUkernel& ukernel, const GemmShape& shape, const float* a,
-                       int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-                       const Epilogue& epilogue, std::vector<float>& scratch) {
-  require_available(ukernel.isa);
+// A packed into `scratch` for the micro-kernel, then the driver.
+void gemm_packing_a(const GemmUkernel& ukernel, const GemmShape& shape, const float* a, int64_t lda,
+                    BOperand b, float* c, int64_t ldc, const Epilogue& epilogue,
+                    std::vector<float>& scratch) {
   if (shape.m <= 0 || shape.n <= 0) return;
   const int64_t size = packed_a_size(shape.m, shape.k, ukernel.mr);
   if (static_cast<int64_t>(scratch.size()) < size) scratch.resize(size);
   pack_a_panels(a, shape.m, shape.k, lda, ukernel.mr, scratch.data());
-  gemm_packed_with_ukernel(ukernel, scratch.data(), shape.m, shape.k, b, ldb, c, ldc, shape.n,
-                           epilogue);
+  gemm_driver(ukernel, scratch.data(), shape.m, shape.k, b, c, ldc, shape.n, epilogue);
+}
+
+}  // namespace
+
+void gemm_packed_with_ukernel(const GemmUkernel& ukernel, const float* packed_a, int64_t m,
+                              int64_t k, const float* b, int64_t ldb, float* c, int64_t ldc,
+                              int64_t n, const Epilogue& epilogue) {
+  gemm_driver(ukernel, packed_a, m, k, BOperand{b, ldb, false}, c, ldc, n, epilogue);
+}
+
+void gemm_with_ukernel(const GemmUkernel& ukernel, const GemmShape& shape, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                       const Epilogue& epilogue, std::vector<float>& scratch) {
+  require_available(ukernel.isa);
+  gemm_packing_a(ukernel, shape, a, lda, BOperand{b, ldb, false}, c, ldc, epilogue, scratch);
 }
 
 PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda)
@@ -248,6 +277,40 @@ void gemm_packed(const PackedA& a, const float* b, int64_t ldb, float* c, int64_
                  const Epilogue& epilogue) {
   gemm_packed_with_ukernel(default_gemm_ukernel(a.isa()), a.data(), a.rows(), a.depth(), b, ldb, c,
                            ldc, n, epilogue);
+}
+
+PackedB::PackedB(const float* b, int64_t k, int64_t n, int64_t ldb)
+    : PackedB(b, k, n, ldb, active_isa()) {}
+
+PackedB::PackedB(const float* b, int64_t k, int64_t n, int64_t ldb, Isa isa)
+    : k_(k), n_(n), isa_(isa) {
+  require_available(isa);
+  const GemmUkernel& ukernel = default_gemm_ukernel(isa);
+  nr_ = ukernel.nr;
+  const int64_t size = std::max<int64_t>(1, ceil_div(n, nr_) * nr_ * k);
+  data_ = std::shared_ptr<float[]>(new float[size]());  // zeros: the last strip's padding
+  ukernel.pack_b(b, ldb, k, n, data_.get());
+}
+
+int64_t PackedB::packed_bytes() const {
+  return ceil_div(n_, nr_) * nr_ * k_ * static_cast<int64_t>(sizeof(float));
+}
+
+const float* PackedB::strip(int64_t column) const { return data_.get() + column / nr_ * k_ * nr_; }
+
+void gemm_packed_b(const GemmShape& shape, const float* a, int64_t lda, const PackedB& b,
+                   int64_t col_begin, float* c, int64_t ldc, const Epilogue& epilogue,
+                   std::vector<float>& scratch) {
+  if (shape.k != b.depth() || col_begin < 0 || col_begin % b.strip_width() != 0 ||
+      col_begin + shape.n > b.columns()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("gemm_packed_b: K {} columns [{}, {}) of a packed B of K {} x N {} "
+                            "(strips of {})",
+                            shape.k, col_begin, col_begin + shape.n, b.depth(), b.columns(),
+                            b.strip_width()));
+  }
+  gemm_packing_a(default_gemm_ukernel(b.isa()), shape, a, lda,
+                 BOperand{b.strip(col_begin), 0, true}, c, ldc, epilogue, scratch);
 }
 
 void gemm(const GemmShape& shape, const float* a, int64_t lda, const float* b, int64_t ldb,

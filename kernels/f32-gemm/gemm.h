@@ -40,9 +40,41 @@ struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
 };
 
+// A weight matrix as the B operand (a linear layer's [K x N], A being its activations) packed
+// once at load: strips of the micro-kernel's NR columns, each K rows of NR floats, the last one
+// zero-padded. gemm() packs B into such strips on every call (per block of K and N); a call on a
+// PackedB reads them in place, for any block of K and any columns that start a strip.
+// Immutable after packing: shared by all threads.
+class PackedB {
+ public:
+  // Packs for active_isa().
+  PackedB(const float* b, int64_t k, int64_t n, int64_t ldb);
+  // Packs for a given ISA; throws Error(kInvalidArgument) if this CPU cannot run it.
+  PackedB(const float* b, int64_t k, int64_t n, int64_t ldb, Isa isa);
+  int64_t depth() const { return k_; }
+  int64_t columns() const { return n_; }
+  int64_t strip_width() const { return nr_; }
+  Isa isa() const { return isa_; }
+  int64_t packed_bytes() const;
+  // The strip that starts at column `column` (a multiple of strip_width()).
+  const float* strip(int64_t column) const;
+
+ private:
+  int64_t k_, n_, nr_;
+  Isa isa_;
+  std::shared_ptr<float[]> data_;
+};
+
 // C = epilogue(A * B) with A pre-packed. Single-threaded: callers split regions across threads.
 void gemm_packed(const PackedA& a, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t n,
                  const Epilogue& epilogue);
+
+// C = epilogue(A * B) over columns [col_begin, col_begin + shape.n) of a pre-packed B
+// (shape.k = b.depth(), col_begin a multiple of b.strip_width(); throws Error(kInvalidArgument)
+// otherwise), A plain row-major and packed on the fly into `scratch`. Single-threaded.
+void gemm_packed_b(const GemmShape& shape, const float* a, int64_t lda, const PackedB& b,
+                   int64_t col_begin, float* c, int64_t ldc, const Epilogue& epilogue,
+                   std::vector<float>& scratch);
 
 // C = epilogue(A * B) with A and B both plain row-major (A packed on the fly into `scratch`,
 // which grows as needed). Single-threaded.

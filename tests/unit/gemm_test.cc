@@ -231,6 +231,61 @@ TEST_P(GemmPackedTest, PackedWeightsMatchReference) {
   }
 }
 
+// A pre-packed B (a linear layer's weight) over the whole width and over two column regions
+// split at a strip, with several blocks of K and column tails: the reference's results, and the
+// split gives the bits of the whole.
+TEST_P(GemmPackedTest, PackedBMatchesReferenceOverColumnRegions) {
+  const Isa isa = GetParam();
+  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
+  std::mt19937 rng(43);
+  std::uniform_int_distribution<int64_t> dim(1, 90);
+  std::vector<float> scratch;
+  for (int trial = 0; trial < 40; ++trial) {
+    const EpilogueVariant& variant = kVariants[trial % std::size(kVariants)];
+    const int64_t k = trial % 4 == 0 ? 300 + dim(rng) * 4 : dim(rng);  // some past one K block
+    const Problem problem(dim(rng), dim(rng) * 2, k, variant, rng);
+    const GemmShape s = problem.shape();
+    const PackedB packed(problem.b(), s.k, s.n, problem.ldb(), isa);
+    EXPECT_EQ(packed.isa(), isa);
+    EXPECT_EQ(packed.depth(), s.k);
+    EXPECT_EQ(packed.columns(), s.n);
+    EXPECT_GE(packed.packed_bytes(), s.k * s.n * static_cast<int64_t>(sizeof(float)));
+    std::vector<float> whole = problem.fresh_c();
+    gemm_packed_b(s, problem.a(), problem.lda(), packed, 0, whole.data() + problem.c_offset(),
+                  problem.ldc(), problem.epilogue(), scratch);
+    EXPECT_EQ(problem.check(whole), "") << to_string(isa) << " " << describe(s, variant);
+    const int64_t split = s.n / 2 / packed.strip_width() * packed.strip_width();
+    if (split == 0) continue;
+    std::vector<float> parts = problem.fresh_c();
+    float* c = parts.data() + problem.c_offset();
+    gemm_packed_b({s.m, split, s.k}, problem.a(), problem.lda(), packed, 0, c, problem.ldc(),
+                  problem.epilogue(), scratch);
+    Epilogue right = problem.epilogue();
+    if (right.col_bias != nullptr) right.col_bias += split;
+    if (right.residual != nullptr) right.residual += split;
+    gemm_packed_b({s.m, s.n - split, s.k}, problem.a(), problem.lda(), packed, split, c + split,
+                  problem.ldc(), right, scratch);
+    EXPECT_EQ(whole, parts) << to_string(isa) << " " << describe(s, variant) << ", split at "
+                            << split;
+  }
+}
+
+TEST_P(GemmPackedTest, PackedBRefusesRegionsItDoesNotHold) {
+  const Isa isa = GetParam();
+  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
+  const std::vector<float> b(8 * 40, 1.0f), a(4 * 8, 1.0f);
+  std::vector<float> c(4 * 40), scratch;
+  const PackedB packed(b.data(), 8, 40, 40, isa);
+  const Epilogue none;
+  // Not at a strip, past the columns, another depth.
+  EXPECT_THROW(gemm_packed_b({4, 8, 8}, a.data(), 8, packed, 1, c.data(), 40, none, scratch),
+               Error);
+  EXPECT_THROW(gemm_packed_b({4, 41, 8}, a.data(), 8, packed, 0, c.data(), 40, none, scratch),
+               Error);
+  EXPECT_THROW(gemm_packed_b({4, 8, 7}, a.data(), 8, packed, 0, c.data(), 40, none, scratch),
+               Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, GemmPackedTest,
                          ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
                          [](const ::testing::TestParamInfo<Isa>& info) {

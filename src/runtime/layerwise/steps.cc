@@ -31,7 +31,7 @@ using Dims = std::vector<int64_t>;
 // computed by exactly one region with the kernel's fixed summation order: results are the same
 // for any number of threads.
 constexpr int64_t kGemmRowBlock = 64;
-constexpr int64_t kGemmColBlock = 256;
+constexpr int64_t kMinTaskColumns = 64;        // GEMM columns / linear-layer features per task
 constexpr int64_t kRowsPerTask = 8;            // layer norm / softmax rows (tokens)
 constexpr int64_t kEltwiseTaskFloats = 16384;  // 64 KiB of output: well above OpenMP overhead
 
@@ -47,6 +47,18 @@ void parallel_for(int threads, int64_t count, Fn&& fn) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Into how many blocks a product's columns are cut when its rows already come in `row_blocks`
+// tasks: each task packs (GEMM) or transposes (sparse linear) its rows of the activations once,
+// so columns are cut only as far as balance needs: the fewest blocks (at most `most`) that give
+// the threads equal shares of tasks, or four tasks per thread where shares cannot be equal.
+int64_t column_blocks(int64_t row_blocks, int threads, int64_t most) {
+  for (int64_t c = 1; c < most; ++c) {
+    const int64_t tasks = row_blocks * c;
+    if (tasks % threads == 0 || tasks >= 4 * int64_t{threads}) return c;
+  }
+  return std::max<int64_t>(most, 1);
+}
 
 const graph::Value& value(const graph::Graph& graph, int id) {
   return graph.values[static_cast<std::size_t>(id)];
@@ -247,31 +259,45 @@ struct BatchedGemm {
 class GemmStep final : public FastStep {
  public:
   // `weight` (K x N, row-major) is the constant B of a linear layer, copied (transposed where
-  // the node says so) at build; empty when B is read from the node's input 1 per run.
+  // the node says so) at build; empty when B is read from the node's input 1 per run. One B for
+  // every batch entry is packed once into the micro-kernel's strips (kernels::PackedB), which
+  // gemm() would otherwise redo for every region.
   GemmStep(const graph::Graph& graph, const graph::Node& node, BatchedGemm shape,
            std::vector<float> weight, EpiloguePlan epilogue, const char* what)
       : FastStep(graph, node,
                  fmt::format("{} gemm/{}", what, kernels::to_string(kernels::active_isa()))),
         shape_(std::move(shape)),
-        weight_(std::move(weight)),
-        epilogue_(epilogue) {}
+        epilogue_(epilogue) {
+    if (!weight.empty() && shape_.b_offsets == std::vector<int64_t>{0}) {
+      packed_b_.emplace(weight.data(), shape_.k, shape_.n, shape_.n);
+    } else {
+      weight_ = std::move(weight);
+    }
+  }
 
   void run(RunContext& ctx) override {
     const BatchedGemm& s = shape_;
     const float* a = input(ctx, 0);
-    const float* b = weight_.empty() ? input(ctx, 1) : weight_.data();
+    const float* b = packed_b_ || !weight_.empty() ? weight_.data() : input(ctx, 1);
     float* c = output(ctx);
     const float* residual = epilogue_.residual_data(ctx);
     const int64_t row_blocks = ceil_div(s.m, kGemmRowBlock);
-    const int64_t col_blocks = ceil_div(s.n, kGemmColBlock);
-    const int64_t per_batch = row_blocks * col_blocks;
     const auto batches = static_cast<int64_t>(s.a_offsets.size());
+    // Column blocks start at a strip of the packed B.
+    const int64_t align = packed_b_ ? packed_b_->strip_width() : 1;
+    const int64_t col_width =
+        ceil_div(ceil_div(s.n, column_blocks(batches * row_blocks, ctx.threads,
+                                             ceil_div(s.n, kMinTaskColumns))),
+                 align) *
+        align;
+    const int64_t col_blocks = ceil_div(s.n, col_width);
+    const int64_t per_batch = row_blocks * col_blocks;
     parallel_for(ctx.threads, batches * per_batch, [&](int64_t task, int thread) {
       const int64_t batch = task / per_batch, block = task % per_batch;
       const int64_t r0 = block / col_blocks * kGemmRowBlock;
-      const int64_t c0 = block % col_blocks * kGemmColBlock;
+      const int64_t c0 = block % col_blocks * col_width;
       const kernels::GemmShape region{std::min(kGemmRowBlock, s.m - r0),
-                                      std::min(kGemmColBlock, s.n - c0), s.k};
+                                      std::min(col_width, s.n - c0), s.k};
       const int64_t out = batch * s.m * s.n + r0 * s.n + c0;
       kernels::Epilogue ep = epilogue_.kernel;
       if (ep.col_bias != nullptr) ep.col_bias += c0;
@@ -279,23 +305,30 @@ class GemmStep final : public FastStep {
         ep.residual = residual + out;
         ep.residual_ld = s.n;
       }
-      kernels::gemm(region, a + s.a_offsets[static_cast<std::size_t>(batch)] + r0 * s.k, s.k,
-                    b + s.b_offsets[static_cast<std::size_t>(batch)] + c0, s.n, c + out, s.n, ep,
-                    ctx.scratch[static_cast<std::size_t>(thread)]);
+      const float* a_rows = a + s.a_offsets[static_cast<std::size_t>(batch)] + r0 * s.k;
+      std::vector<float>& scratch = ctx.scratch[static_cast<std::size_t>(thread)];
+      if (packed_b_) {
+        kernels::gemm_packed_b(region, a_rows, s.k, *packed_b_, c0, c + out, s.n, ep, scratch);
+      } else {
+        kernels::gemm(region, a_rows, s.k, b + s.b_offsets[static_cast<std::size_t>(batch)] + c0,
+                      s.n, c + out, s.n, ep, scratch);
+      }
     });
     finish(ctx, epilogue_.fits);
   }
 
   void describe(LayerInfo& info) const override {
     info.implementation = implementation();
-    if (weight_.empty()) return;
+    if (!packed_b_ && weight_.empty()) return;
     info.weight_format = "dense";
-    info.packed_bytes = static_cast<int64_t>(weight_.size() * sizeof(float));
+    info.packed_bytes = packed_b_ ? packed_b_->packed_bytes()
+                                  : static_cast<int64_t>(weight_.size() * sizeof(float));
   }
 
  private:
   BatchedGemm shape_;
-  std::vector<float> weight_;
+  std::optional<kernels::PackedB> packed_b_;  // a constant B shared by the batch entries
+  std::vector<float> weight_;                 // a constant B per batch entry
   EpiloguePlan epilogue_;
 };
 
@@ -322,14 +355,12 @@ class SparseLinearStep final : public FastStep {
     const float* x = input(ctx, 0);
     float* y = output(ctx);
     const float* residual = epilogue_.residual_data(ctx);
-    // Each task transposes its tokens of X once, so features are split only as far as there is
-    // a task per thread (at least kMinTaskFeatures each). With four tasks per thread, as for
-    // balance elsewhere, BERT 90% pruned at batch 1 (two blocks of tokens, 2 threads) transposed
-    // each block four times and ran 0.87x (8 interleaved pairs, median).
-    constexpr int64_t kMinTaskFeatures = 64;
+    // Features cut by column_blocks: with four tasks per thread whatever the tokens, BERT 90%
+    // pruned at batch 1 (two blocks of tokens, 2 threads) transposed each block four times and
+    // ran 0.87x (8 interleaved pairs, median).
     const int64_t token_blocks = ceil_div(tokens_, kernels::kSpmmTokenBlock);
     const int64_t feature_blocks =
-        std::clamp<int64_t>(ceil_div(ctx.threads, token_blocks), 1, ceil_div(n, kMinTaskFeatures));
+        column_blocks(token_blocks, ctx.threads, ceil_div(n, kMinTaskColumns));
     const int64_t features = ceil_div(n, feature_blocks);
     parallel_for(ctx.threads, token_blocks * feature_blocks, [&](int64_t task, int thread) {
       const int64_t t0 = task / feature_blocks * kernels::kSpmmTokenBlock;
