@@ -264,13 +264,23 @@ void gemm_with_ukernel(const GemmUkernel& ukernel, const GemmShape& shape, const
 PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda)
     : PackedA(a, m, k, lda, active_isa()) {}
 
+namespace {
+
+// The buffer of a packed operand: zero-filled (the padding of the last panel or strip), one
+// float at least.
+std::shared_ptr<float[]> packed_buffer(int64_t floats) {
+  return std::shared_ptr<float[]>(
+      new float[static_cast<std::size_t>(std::max<int64_t>(1, floats))]());
+}
+
+}  // namespace
+
 PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda, Isa isa)
     : m_(m), k_(k), isa_(isa) {
   require_available(isa);
-  const GemmUkernel& ukernel = default_gemm_ukernel(isa);
-  const int64_t size = std::max<int64_t>(1, packed_a_size(m, k, ukernel.mr));
-  data_ = std::shared_ptr<float[]>(new float[size]());
-  pack_a_panels(a, m, k, lda, ukernel.mr, data_.get());
+  const int mr = default_gemm_ukernel(isa).mr;
+  data_ = packed_buffer(packed_a_size(m, k, mr));
+  pack_a_panels(a, m, k, lda, mr, data_.get());
 }
 
 void gemm_packed(const PackedA& a, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t n,
@@ -287,8 +297,7 @@ PackedB::PackedB(const float* b, int64_t k, int64_t n, int64_t ldb, Isa isa)
   require_available(isa);
   const GemmUkernel& ukernel = default_gemm_ukernel(isa);
   nr_ = ukernel.nr;
-  const int64_t size = std::max<int64_t>(1, ceil_div(n, nr_) * nr_ * k);
-  data_ = std::shared_ptr<float[]>(new float[size]());  // zeros: the last strip's padding
+  data_ = packed_buffer(packed_bytes() / static_cast<int64_t>(sizeof(float)));
   ukernel.pack_b(b, ldb, k, n, data_.get());
 }
 
