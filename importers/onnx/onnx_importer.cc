@@ -139,6 +139,7 @@ class Importer {
     graph_.link();
     run_checker();
     check_window_attributes(proto);
+    add_kernel_shapes();
     run_shape_inference();
     apply_value_types();
     return std::move(graph_);
@@ -411,6 +412,38 @@ class Importer {
           }
         }
       }
+    }
+  }
+
+  // ONNX 1.12's shape inference for a convolution without a kernel_shape attribute takes the
+  // kernel from W's shape and then indexes X's spatial dimensions by it unchecked: a W of
+  // higher rank than X (a rank-2 X into a 2-D convolution, found by the importer fuzzer) read
+  // past X's shape and crashed inside libonnx. Where W's shape is known here (an initializer or
+  // a declared input), kernel_shape is set from it, which is what ONNX infers anyway, so that
+  // ONNX checks it against X's rank and refuses such a node with its own message.
+  void add_kernel_shapes() {
+    static const std::pair<const char*, int> kConvWeights[] = {
+        {"Conv", 1}, {"ConvTranspose", 1}, {"ConvInteger", 1}, {"QLinearConv", 3}};
+    for (onnx::NodeProto& node : *model_.mutable_graph()->mutable_node()) {
+      if (!(node.domain().empty() || node.domain() == "ai.onnx")) continue;
+      const auto conv = std::find_if(std::begin(kConvWeights), std::end(kConvWeights),
+                                     [&](const auto& op) { return node.op_type() == op.first; });
+      if (conv == std::end(kConvWeights) || node.input_size() <= conv->second) continue;
+      const bool has_kernel = std::any_of(node.attribute().begin(), node.attribute().end(),
+                                          [](const auto& a) { return a.name() == "kernel_shape"; });
+      const auto weight = ids_.find(node.input(conv->second));
+      if (has_kernel || weight == ids_.end()) continue;
+      const std::optional<graph::Shape>& shape =
+          graph_.values[static_cast<std::size_t>(weight->second)].shape;
+      if (!shape || shape->size() < 3 ||
+          !std::all_of(shape->begin() + 2, shape->end(),
+                       [](const graph::Dim& d) { return d.known(); })) {
+        continue;
+      }
+      onnx::AttributeProto* kernel = node.add_attribute();
+      kernel->set_name("kernel_shape");
+      kernel->set_type(onnx::AttributeProto::INTS);
+      for (auto d = shape->begin() + 2; d != shape->end(); ++d) kernel->add_ints(d->value);
     }
   }
 

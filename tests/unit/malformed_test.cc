@@ -291,6 +291,29 @@ TEST(MalformedAttributes, NonPositiveWindowAttributesAreInvalidModel) {
   }
 }
 
+// Found by the importer fuzzer: ONNX 1.12's shape inference takes a convolution's kernel from
+// W's shape when kernel_shape is absent and indexes X's spatial dims by it unchecked, so a X of
+// lower rank than W (here rank 2 into a 2-D Conv, and a Flatten's output) crashed the process
+// inside libonnx. The importer sets kernel_shape from a known W first, which ONNX checks.
+TEST(MalformedShapes, ConvolutionInputOfTooFewDimensionsIsInvalidModel) {
+  for (const bool flattened : {false, true}) {
+    SCOPED_TRACE(flattened ? "a Flatten's output" : "a declared input");
+    onnx::ModelProto model = make_model();
+    add_input(model, "x",
+              flattened ? std::vector<DimSpec>{int64_t{1}, int64_t{1}, int64_t{8}, int64_t{8}}
+                        : std::vector<DimSpec>{int64_t{8}, int64_t{8}});
+    add_initializer(model, make_float_tensor("K", {4, 1, 3, 3}, std::vector<float>(36, 1.0f)));
+    std::string conv_input = "x";
+    if (flattened) {
+      add_node(model, "Flatten", {"x"}, {"f"}, "flatten");
+      conv_input = "f";
+    }
+    add_node(model, "Conv", {conv_input, "K"}, {"y"}, "conv");
+    add_output(model, "y", {std::string(), std::string(), std::string(), std::string()});
+    expect_refused(model, ErrorCode::kInvalidModel, {"node 'conv'", "(Conv)", "kernel_shape"});
+  }
+}
+
 TEST(MalformedAttributes, AttributeWithoutTypeIsInvalidModel) {
   onnx::ModelProto model = relu_model();
   onnx::AttributeProto* attr = model.mutable_graph()->mutable_node(0)->add_attribute();
