@@ -177,6 +177,22 @@ TEST(Layerwise, TransposeOfRandomPermutationsMatchesReference) {
   }
 }
 
+// Found by the importer fuzzer: a product with an empty side (N = 0 here, M = 0 and a batch of
+// none too) divided by zero when the GEMM step sized its blocks. Empty outputs, no work.
+TEST(Layerwise, EmptyProductsGiveEmptyOutputs) {
+  for (const auto& [a_dims, b_dims] :
+       {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{3, 4}, {4, 0}},
+        {{0, 4}, {4, 5}},
+        {{0, 2, 4}, {4, 5}}}) {
+    GraphBuilder b;
+    const int x = b.input("a", a_dims);
+    const int w = b.input("b", b_dims);
+    const graph::Graph g = b.finish({b.node("MatMul", {x, w})});
+    expect_matches_reference(g,
+                             {{"a", random_tensor(a_dims, 71)}, {"b", random_tensor(b_dims, 72)}});
+  }
+}
+
 TEST(Layerwise, OpsWithoutFastKernelFallBackToReference) {
   GraphBuilder b;
   const int x = b.input("x", {2, 3, 4});

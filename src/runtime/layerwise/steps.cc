@@ -291,6 +291,7 @@ class GemmStep final : public FastStep {
     // BERT 90% 1.06x (its attention products: one task per head instead of two, B packed
     // once); batch 1 0.98-1.0x (5-8 alternated pairs, 2 threads).
     const auto batches = static_cast<int64_t>(s.a_offsets.size());
+    if (s.m == 0 || s.n == 0 || batches == 0) return;  // an empty output: nothing to compute
     const int64_t row_height =
         ceil_div(s.m, column_blocks(batches, ctx.threads, ceil_div(s.m, kGemmRowBlock)));
     const int64_t row_blocks = ceil_div(s.m, row_height);
