@@ -48,12 +48,12 @@ void parallel_for(int threads, int64_t count, Fn&& fn) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Into how many blocks a product's columns (or a dense convolution's image rows) are cut when
-// its rows (images) already come in `row_blocks` tasks: each task packs (GEMM) or transposes
-// (sparse linear) its rows of the activations once and pays its own call costs, so columns are
-// cut only as far as balance needs: the fewest blocks (at most `most`) that give the threads
-// equal shares of tasks, or four tasks per thread where shares cannot be equal.
-int64_t column_blocks(int64_t row_blocks, int threads, int64_t most) {
+// Into how many blocks a second axis of work is cut (a product's columns or rows, a dense
+// convolution's image rows) when the first already gives `row_blocks` tasks: each task packs (GEMM)
+// or transposes (sparse linear) its rows of the activations once and pays its own call costs, so
+// columns are cut only as far as balance needs: the fewest blocks (at most `most`) that give the
+// threads equal shares of tasks, or four tasks per thread where shares cannot be equal.
+int64_t balanced_blocks(int64_t row_blocks, int threads, int64_t most) {
   for (int64_t c = 1; c < most; ++c) {
     const int64_t tasks = row_blocks * c;
     if (tasks % threads == 0 || tasks >= 4 * int64_t{threads}) return c;
@@ -204,7 +204,7 @@ class ConvStep final : public FastStep {
     int64_t rows, channels;
   };
   // Dense: all channels, an image cut into row blocks only as far as the threads need
-  // (column_blocks: a block per image from a batch of 16 on 2 threads, two at batch 1): four
+  // (balanced_blocks: a block per image from a batch of 16 on 2 threads, two at batch 1): four
   // blocks per thread whatever the batch made GEMMs of a few rows, each with its own im2col
   // halo and call costs; cutting only as needed ran MobileNetV2 1.24x (b16) and 1.29x (b1),
   // ResNet-50 1.30x and 1.17x (2 threads, 5 interleaved pairs, medians).
@@ -215,7 +215,7 @@ class ConvStep final : public FastStep {
   Split split(int threads) const {
     const kernels::ConvGeometry& g = conv_.geometry();
     if (!conv_.splits_channels()) {
-      return {ceil_div(g.out_h, column_blocks(batch_, threads, g.out_h)), g.out_c};
+      return {ceil_div(g.out_h, balanced_blocks(batch_, threads, g.out_h)), g.out_c};
     }
     constexpr int64_t kSparseTaskPixels = 256, kMinTaskChannels = 16;
     const int64_t rows = std::min(g.out_h, ceil_div(kSparseTaskPixels, g.out_w));
@@ -282,7 +282,8 @@ class GemmStep final : public FastStep {
   void run(RunContext& ctx) override {
     const BatchedGemm& s = shape_;
     const float* a = input(ctx, 0);
-    const float* b = packed_b_ || !weight_.empty() ? weight_.data() : input(ctx, 1);
+    // B per batch entry: a constant copy or the node's input (unused with the packed B).
+    const float* b = weight_.empty() ? input(ctx, 1) : weight_.data();
     float* c = output(ctx);
     const float* residual = epilogue_.residual_data(ctx);
     // Rows too are cut only as balance needs: within a task the driver reuses each block of B
@@ -293,13 +294,13 @@ class GemmStep final : public FastStep {
     const auto batches = static_cast<int64_t>(s.a_offsets.size());
     if (s.m == 0 || s.n == 0 || batches == 0) return;  // an empty output: nothing to compute
     const int64_t row_height =
-        ceil_div(s.m, column_blocks(batches, ctx.threads, ceil_div(s.m, kGemmRowBlock)));
+        ceil_div(s.m, balanced_blocks(batches, ctx.threads, ceil_div(s.m, kGemmRowBlock)));
     const int64_t row_blocks = ceil_div(s.m, row_height);
     // Column blocks start at a strip of the packed B.
     const int64_t align = packed_b_ ? packed_b_->strip_width() : 1;
     const int64_t col_width =
-        ceil_div(ceil_div(s.n, column_blocks(batches * row_blocks, ctx.threads,
-                                             ceil_div(s.n, kMinTaskColumns))),
+        ceil_div(ceil_div(s.n, balanced_blocks(batches * row_blocks, ctx.threads,
+                                               ceil_div(s.n, kMinTaskColumns))),
                  align) *
         align;
     const int64_t col_blocks = ceil_div(s.n, col_width);
@@ -367,12 +368,12 @@ class SparseLinearStep final : public FastStep {
     const float* x = input(ctx, 0);
     float* y = output(ctx);
     const float* residual = epilogue_.residual_data(ctx);
-    // Features cut by column_blocks: with four tasks per thread whatever the tokens, BERT 90%
+    // Features cut by balanced_blocks: with four tasks per thread whatever the tokens, BERT 90%
     // pruned at batch 1 (two blocks of tokens, 2 threads) transposed each block four times and
     // ran 0.87x (8 interleaved pairs, median).
     const int64_t token_blocks = ceil_div(tokens_, kernels::kSpmmTokenBlock);
     const int64_t feature_blocks =
-        column_blocks(token_blocks, ctx.threads, ceil_div(n, kMinTaskColumns));
+        balanced_blocks(token_blocks, ctx.threads, ceil_div(n, kMinTaskColumns));
     const int64_t features = ceil_div(n, feature_blocks);
     parallel_for(ctx.threads, token_blocks * feature_blocks, [&](int64_t task, int thread) {
       const int64_t t0 = task / feature_blocks * kernels::kSpmmTokenBlock;
@@ -473,13 +474,17 @@ bool passes_in_feature_blocks(const graph::Graph& graph, int v, const Options& o
     return false;
   }
   const int producer = value(graph, v).producer;
-  const std::vector<int> readers = graph.consumers()[static_cast<std::size_t>(v)];
-  if (producer < 0 || readers.size() != 1) return false;
+  const graph::Node* second = nullptr;  // the one node that reads v
+  for (const graph::Node& node : graph.nodes) {
+    if (std::find(node.inputs.begin(), node.inputs.end(), v) == node.inputs.end()) continue;
+    if (second != nullptr) return false;
+    second = &node;
+  }
+  if (producer < 0 || second == nullptr) return false;
   const graph::Node& first = graph.nodes[static_cast<std::size_t>(producer)];
-  const graph::Node& second = graph.nodes[static_cast<std::size_t>(readers[0])];
-  if (first.outputs[0] != v || std::count(second.inputs.begin(), second.inputs.end(), v) != 1 ||
-      second.input(0) != v || !runs_sparse_linear(graph, first, options) ||
-      !runs_sparse_linear(graph, second, options)) {
+  if (first.outputs[0] != v || std::count(second->inputs.begin(), second->inputs.end(), v) != 1 ||
+      second->input(0) != v || !runs_sparse_linear(graph, first, options) ||
+      !runs_sparse_linear(graph, *second, options)) {
     return false;
   }
   const std::optional<Dims> y = dims_of(graph, v);
