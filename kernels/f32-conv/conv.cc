@@ -148,6 +148,34 @@ void conv_input_rows(const ConvGeometry& g, int64_t oh_begin, int64_t oh_end, in
   *last = std::clamp(hi, *first, g.in_h);
 }
 
+// Candidates run from the fewest rows allowed to twice the budget's, and one wins over the
+// budget's own choice only by filling at least 2% more of the computed columns, because the GEMM
+// computes the last strip of every chunk whole: on ResNet-50's 3x3 layer at 28x28 (K = 1152),
+// chunks of 3 rows (84 pixels: 5 strips and 4 columns) ran at 66 GFLOP/s, chunks of 4 rows (112
+// pixels, 7 strips) at 83 (the GEMM alone, one thread, Zen 3); at 14x14 (K = 2304) the budget's
+// 70 pixels and 112: 61-64 and 62-79 GFLOP/s (two runs). A larger column matrix may leave L2,
+// but it is read once, by the packing of B.
+int64_t im2col_chunk_rows(const ConvGeometry& g, Isa isa) {
+  const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
+  const int64_t nr = default_gemm_ukernel(isa).nr;
+  const int64_t least = std::min(g.out_h, (kMinChunkPixels + g.out_w - 1) / g.out_w);
+  const int64_t budget_rows =
+      std::clamp(kIm2colBudgetFloats / std::max<int64_t>(1, depth * g.out_w), least, g.out_h);
+  // The fraction of the columns computed over a whole image's chunks that are real pixels.
+  auto filled = [&](int64_t rows) {
+    const int64_t chunks = (g.out_h + rows - 1) / rows;
+    const int64_t last = g.out_h - (chunks - 1) * rows;
+    const int64_t strips =
+        (chunks - 1) * ((rows * g.out_w + nr - 1) / nr) + (last * g.out_w + nr - 1) / nr;
+    return static_cast<double>(g.out_h * g.out_w) / static_cast<double>(strips * nr);
+  };
+  int64_t best = budget_rows;
+  for (int64_t rows = least; rows <= std::min(g.out_h, 2 * budget_rows); ++rows) {
+    if (filled(rows) > filled(best) + 0.02) best = rows;
+  }
+  return best;
+}
+
 namespace {
 
 // Output rows per chunk of a sparse lowering through scratch, whose layout the packed offsets fix:
@@ -514,8 +542,9 @@ void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& 
 
   const int64_t ic_per_group = g.in_c / g.groups;
   const int64_t oc_per_group = g.out_c / g.groups;
-  // Output rows [r0, r1) of group `group`, from B (the group's input columns, ldb apart).
-  auto gemm_rows = [&](int64_t group, int64_t r0, int64_t r1, const float* b, int64_t ldb) {
+  // Output rows [r0, r1) of group `group`: the epilogue and C of that region, for `product`
+  // to pass to the GEMM.
+  auto gemm_rows = [&](int64_t group, int64_t r0, auto product) {
     Epilogue e = epilogue;
     e.row_bias = impl.bias.data() + group * oc_per_group;
     e.col_bias = nullptr;
@@ -525,29 +554,49 @@ void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& 
                    (r0 - residual->row0) * g.out_w;
       e.residual_ld = residual->plane_stride;
     }
-    float* c = dst.data + group * oc_per_group * dst.plane_stride + (r0 - dst.row0) * g.out_w;
-    gemm_packed(impl.groups[group], b, ldb, c, dst.plane_stride, (r1 - r0) * g.out_w, e);
+    product(e, dst.data + group * oc_per_group * dst.plane_stride + (r0 - dst.row0) * g.out_w);
   };
 
   if (impl.kind == PackedConv::Impl::Kind::kGemm1x1) {
     for (int64_t group = 0; group < g.groups; ++group) {
       const float* b =
           src.data + group * ic_per_group * src.plane_stride + (oh_begin - src.row0) * g.in_w;
-      gemm_rows(group, oh_begin, oh_end, b, src.plane_stride);
+      gemm_rows(group, oh_begin, [&](const Epilogue& e, float* c) {
+        gemm_packed(impl.groups[group], b, src.plane_stride, c, dst.plane_stride,
+                    (oh_end - oh_begin) * g.out_w, e);
+      });
     }
     return;
   }
 
-  const int64_t depth = ic_per_group * g.kernel_h * g.kernel_w;
-  const int64_t chunk =
-      std::max(kIm2colBudgetFloats / (depth * g.out_w), (kMinChunkPixels + g.out_w - 1) / g.out_w);
-  scratch.resize(static_cast<std::size_t>(depth * std::min(chunk, oh_end - oh_begin) * g.out_w));
+  // im2col writes the column matrix straight into the GEMM's packed strips (gemm.h,
+  // pack_b_strip_rows), a few of its rows at a time through a small block that stays in L1,
+  // instead of as a plain matrix the GEMM would copy into strips again: on ResNet-50's 3x3
+  // layer at 56x56 that copy and im2col's own were a quarter of the time (perf, one thread).
+  const Isa isa = impl.groups.front().isa();
+  const int64_t taps = g.kernel_h * g.kernel_w;
+  const int64_t depth = ic_per_group * taps;
+  const int64_t chunk = im2col_chunk_rows(g, isa);
+  const int64_t nr = gemm_strip_width(isa);
+  // Channels per block: at least 16 rows of the column matrix per packing call.
+  const int64_t block_c = std::min(ic_per_group, (16 + taps - 1) / taps);
+  const int64_t max_n = std::min(chunk, oh_end - oh_begin) * g.out_w;
+  const int64_t strip_floats = depth * ((max_n + nr - 1) / nr) * nr;
+  scratch.resize(static_cast<std::size_t>(strip_floats + block_c * taps * max_n));
+  float* strips = scratch.data();
+  float* block = strips + strip_floats;
   for (int64_t r0 = oh_begin; r0 < oh_end; r0 += chunk) {
     const int64_t r1 = std::min(oh_end, r0 + chunk);
+    const int64_t n = (r1 - r0) * g.out_w;
     for (int64_t group = 0; group < g.groups; ++group) {
-      im2col(g, src, group * ic_per_group, ic_per_group, r0, r1, scratch.data(),
-             (r1 - r0) * g.out_w);
-      gemm_rows(group, r0, r1, scratch.data(), (r1 - r0) * g.out_w);
+      for (int64_t c0 = 0; c0 < ic_per_group; c0 += block_c) {
+        const int64_t channels = std::min(block_c, ic_per_group - c0);
+        im2col(g, src, group * ic_per_group + c0, channels, r0, r1, block, n);
+        pack_b_strip_rows(block, n, channels * taps, n, c0 * taps, depth, strips, isa);
+      }
+      gemm_rows(group, r0, [&](const Epilogue& e, float* c) {
+        gemm_packed_strips(impl.groups[group], strips, c, dst.plane_stride, n, e);
+      });
     }
   }
 }

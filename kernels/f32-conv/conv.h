@@ -42,6 +42,11 @@ struct ConvGeometry {
 // very deep layer exceeds it: ResNet-50's 4608-deep 7x7 layer takes all 7 rows, 221 Ki floats.
 inline constexpr int64_t kIm2colBudgetFloats = 64 * 1024;
 
+// Output rows per chunk of a convolution that runs through im2col and the GEMM at `isa`: about
+// kIm2colBudgetFloats of column matrix, never fewer than 64 output pixels (conv.cc), and where
+// it fills the GEMM's column strips better, up to twice that.
+int64_t im2col_chunk_rows(const ConvGeometry& g, Isa isa = active_isa());
+
 // Input rows [first, last) that output rows [oh_begin, oh_end) read (clamped to the image):
 // the tile algebra of a convolution.
 void conv_input_rows(const ConvGeometry& g, int64_t oh_begin, int64_t oh_end, int64_t* first,

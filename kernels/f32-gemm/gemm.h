@@ -76,6 +76,19 @@ void gemm_packed_b(const GemmShape& shape, const float* a, int64_t lda, const Pa
                    int64_t col_begin, float* c, int64_t ldc, const Epilogue& epilogue,
                    std::vector<float>& scratch);
 
+// B in PackedB's layout in the caller's memory, so that a producer (a convolution's im2col)
+// writes it block by block of rows instead of a plain matrix the GEMM would copy again: strips
+// of gemm_strip_width(isa) columns, strip s at s * k * width, each k rows of width floats (the
+// last strip's columns past n are never read).
+int64_t gemm_strip_width(Isa isa);
+// Rows [row0, row0 + rows) of such a B of depth k and n columns, from a plain block (ldb apart).
+void pack_b_strip_rows(const float* b, int64_t ldb, int64_t rows, int64_t n, int64_t row0,
+                       int64_t k, float* strips, Isa isa);
+// C = epilogue(A * B) over columns [0, n) of a B in strips (depth a.depth(), packed for a.isa()).
+// Single-threaded.
+void gemm_packed_strips(const PackedA& a, const float* strips, float* c, int64_t ldc, int64_t n,
+                        const Epilogue& epilogue);
+
 // C = epilogue(A * B) with A and B both plain row-major (A packed on the fly into `scratch`,
 // which grows as needed). Single-threaded.
 void gemm(const GemmShape& shape, const float* a, int64_t lda, const float* b, int64_t ldb,

@@ -33,8 +33,10 @@ struct GemmUkernelArgs {
 
 using GemmUkernelFn = void (*)(const GemmUkernelArgs& args);
 // Packs columns [0, n) of rows [0, k) of B (ldb apart) into ceil(n / NR) strips of k x NR floats
-// (the driver's copy of B that a micro-kernel reads at ldb = NR).
-using GemmPackBFn = void (*)(const float* b, int64_t ldb, int64_t k, int64_t n, float* dst);
+// (the copy of B that a micro-kernel reads at ldb = NR), strip s at dst + s * strip_stride:
+// k * NR for the driver's block, more for rows of a deeper strip (gemm.h, pack_b_strip_rows).
+using GemmPackBFn = void (*)(const float* b, int64_t ldb, int64_t k, int64_t n, float* dst,
+                             int64_t strip_stride);
 
 struct GemmUkernel {
   const char* name;

@@ -498,11 +498,11 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
       op.scratch_cap_bytes = kScratchChunkBytes;
     } else if (!pointwise) {
       // im2col: the group's input channels x taps for every output pixel of the row, in
-      // chunks of kIm2colBudgetFloats but of at least kMinTilePixels pixels (conv.cc): a deep
-      // layer's chunk is larger (ResNet-50's 4608-deep 7-wide layer: 7 rows, 884 KiB).
+      // chunks of kernels::im2col_chunk_rows (about kIm2colBudgetFloats; a deep layer's chunk
+      // is larger: ResNet-50's 4608-deep 7-wide layer takes 7 rows, 884 KiB).
       op.scratch_bytes_per_row = p.in_channels / p.group * taps * op.width * 4;
-      op.scratch_cap_bytes = std::max(
-          kScratchChunkBytes, op.scratch_bytes_per_row * ceil_div(kMinTilePixels, op.width));
+      op.scratch_cap_bytes =
+          op.scratch_bytes_per_row * kernels::im2col_chunk_rows(runtime::conv_geometry(p));
     }
   } else if (node.op_type == "MaxPool" || node.op_type == "AveragePool") {
     const graph::PoolParams p = graph::parse_pool(graph, node, *x);

@@ -266,6 +266,35 @@ TEST(ConvTest, InputRowsFollowTheTileAlgebra) {
   EXPECT_EQ(last, 20);
 }
 
+// The im2col chunk: never under 64 pixels (unless the image is smaller), never past the image
+// or twice the budget's rows, and a whole number of the GEMM's strips where the budget's choice
+// left a mostly empty last strip (ResNet-50's 3x3 layer at 28x28: 3 rows = 84 pixels, 5 strips
+// and 4 columns of 16; at 8 columns per strip, 10 strips and 4).
+TEST(ConvTest, Im2colChunksFillTheGemmStrips) {
+  for (const ConvCase& c :
+       {ConvCase{"", 128, 128, 28, 28, 3, 1, 1, 1, 1},
+        ConvCase{"", 256, 256, 14, 14, 3, 1, 1, 1, 1}, ConvCase{"", 64, 64, 56, 56, 3, 1, 1, 1, 1},
+        ConvCase{"", 512, 512, 7, 7, 3, 1, 1, 1, 1}, ConvCase{"", 3, 64, 224, 224, 7, 2, 3, 1, 1},
+        ConvCase{"", 256, 512, 56, 56, 1, 2, 0, 1, 1}, ConvCase{"", 8, 8, 5, 9, 3, 1, 1, 1, 2}}) {
+    const ConvGeometry g = make_geometry(c);
+    const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
+    const int64_t least = std::min(g.out_h, (64 + g.out_w - 1) / g.out_w);
+    const int64_t budget =
+        std::clamp(kernels::kIm2colBudgetFloats / (depth * g.out_w), least, g.out_h);
+    for (const kernels::Isa isa : {kernels::Isa::kPortable, kernels::Isa::kAvx2}) {
+      const int64_t rows = kernels::im2col_chunk_rows(g, isa);
+      EXPECT_GE(rows, least) << c.in_c << "x" << g.out_w;
+      EXPECT_LE(rows, std::min(g.out_h, 2 * budget)) << c.in_c << "x" << g.out_w;
+    }
+  }
+  const ConvGeometry layer2 = make_geometry({"", 128, 128, 28, 28, 3, 1, 1, 1, 1});
+  for (const kernels::Isa isa : {kernels::Isa::kPortable, kernels::Isa::kAvx2}) {
+    const int64_t width = kernels::gemm_strip_width(isa);
+    EXPECT_EQ(kernels::im2col_chunk_rows(layer2, isa) * layer2.out_w % width, 0)
+        << to_string(isa) << ", strips of " << width;
+  }
+}
+
 // The depthwise kernel called directly on each ISA tier; a tier this machine cannot run is
 // skipped with the reason. Widths below, at and above the vector width of every tier and the
 // four-vector block of window_row (4, 8, 16 lanes; 16, 32, 64 outputs).

@@ -270,6 +270,44 @@ TEST_P(GemmPackedTest, PackedBMatchesReferenceOverColumnRegions) {
   }
 }
 
+// B written into strips block by block of rows (a convolution's im2col: a few rows at a time,
+// from plain blocks at their own stride), then multiplied by a packed A: the reference's
+// results, over column tails and several blocks of K; and the same bits as PackedB, whose
+// strips are the same layout.
+TEST_P(GemmPackedTest, StripsPackedByRowBlocksMatchReference) {
+  const Isa isa = GetParam();
+  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
+  std::mt19937 rng(44);
+  std::uniform_int_distribution<int64_t> dim(1, 90), block_rows(1, 20);
+  std::vector<float> scratch;
+  const int64_t width = gemm_strip_width(isa);
+  for (int trial = 0; trial < 40; ++trial) {
+    const EpilogueVariant& variant = kVariants[trial % std::size(kVariants)];
+    const int64_t k = trial % 4 == 0 ? 300 + dim(rng) * 4 : dim(rng);
+    const Problem problem(dim(rng), dim(rng) * 2, k, variant, rng);
+    const GemmShape s = problem.shape();
+    std::vector<float> strips(static_cast<std::size_t>(s.k * ((s.n + width - 1) / width) * width));
+    for (int64_t row0 = 0; row0 < s.k;) {
+      const int64_t rows = std::min(s.k - row0, block_rows(rng));
+      pack_b_strip_rows(problem.b() + row0 * problem.ldb(), problem.ldb(), rows, s.n, row0, s.k,
+                        strips.data(), isa);
+      row0 += rows;
+    }
+    const PackedA packed_a(problem.a(), s.m, s.k, problem.lda(), isa);
+    std::vector<float> c = problem.fresh_c();
+    gemm_packed_strips(packed_a, strips.data(), c.data() + problem.c_offset(), problem.ldc(), s.n,
+                       problem.epilogue());
+    EXPECT_EQ(problem.check(c), "") << to_string(isa) << " " << describe(s, variant);
+    const PackedB packed_b(problem.b(), s.k, s.n, problem.ldb(), isa);
+    EXPECT_EQ(packed_b.strip_width(), width);
+    std::vector<float> via_packed_b = problem.fresh_c();
+    gemm_packed_b(s, problem.a(), problem.lda(), packed_b, 0,
+                  via_packed_b.data() + problem.c_offset(), problem.ldc(), problem.epilogue(),
+                  scratch);
+    EXPECT_EQ(c, via_packed_b) << to_string(isa) << " " << describe(s, variant);
+  }
+}
+
 TEST_P(GemmPackedTest, PackedBRefusesRegionsItDoesNotHold) {
   const Isa isa = GetParam();
   if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
