@@ -7,7 +7,8 @@
 //  - 1x1, stride 1: a GEMM of weights [OC x IC] by the input planes [IC x H*W];
 //  - depthwise (groups == in_c == out_c): a per-channel direct kernel (always dense: 9 weights
 //    per channel leave nothing for a sparse format to skip);
-//  - otherwise: im2col of the needed input rows into scratch, then GEMM per group.
+//  - otherwise: im2col of the needed input rows into scratch, in the GEMM's packed layout, then
+//    GEMM per group.
 // A weight whose fraction of exact zeros reaches the sparse threshold runs through the sparse
 // kernels (f32-spmm/spmm.h) instead: 1x1 stride 1 straight from the input planes ("spmm-1x1"),
 // any other convolution over a zero-padded copy of the input rows split by stride phase
@@ -36,10 +37,11 @@ struct ConvGeometry {
   int64_t groups = 1;
 };
 
-// im2col works on chunks of output rows whose column matrix stays below this many floats
-// (256 KiB), so that it is still in L2 (1-2 MiB per core on current x86 servers) when the GEMM
-// streams it. A chunk is never narrower than 64 output pixels (conv.cc, kMinChunkPixels), so a
-// very deep layer exceeds it: ResNet-50's 4608-deep 7x7 layer takes all 7 rows, 221 Ki floats.
+// im2col works on chunks of output rows whose column matrix (written straight into the GEMM's
+// packed strips) stays near this many floats (256 KiB), so that it is still in L2 (1-2 MiB per
+// core on current x86 servers) when the GEMM streams it. A chunk is never narrower than 64
+// output pixels (conv.cc, kMinChunkPixels), so a very deep layer exceeds it: ResNet-50's
+// 4608-deep 7x7 layer takes all 7 rows, 221 Ki floats; see also im2col_chunk_rows.
 inline constexpr int64_t kIm2colBudgetFloats = 64 * 1024;
 
 // Output rows per chunk of a convolution that runs through im2col and the GEMM at `isa`: about

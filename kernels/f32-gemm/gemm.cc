@@ -25,7 +25,9 @@
 // that is a multiple of 4 KiB (BERT's N = 3072: 12 KiB) puts every row in one set, and every row
 // is in another 4 KiB page. Measured on BERT's 128 x 768 x 3072 layer: 63 GFLOP/s packed, 39 in
 // place. Packing costs one copy of B per call, repaid when at least two A panels (m > MR) reuse
-// each strip; a single panel reads B in place.
+// each strip; a single panel reads B in place. A B that is itself computed (a convolution's
+// im2col) is written straight into full-depth strips by its producer (pack_b_strip_rows) and
+// read in place (gemm_packed_strips), as is a linear layer's weight packed at load (PackedB).
 #include "f32-gemm/gemm.h"
 
 #include <unistd.h>
