@@ -153,8 +153,8 @@ void conv_input_rows(const ConvGeometry& g, int64_t oh_begin, int64_t oh_end, in
 // computes the last strip of every chunk whole: on ResNet-50's 3x3 layer at 28x28 (K = 1152),
 // chunks of 3 rows (84 pixels: 5 strips and 4 columns) ran at 66 GFLOP/s, chunks of 4 rows (112
 // pixels, 7 strips) at 83 (the GEMM alone, one thread, Zen 3); at 14x14 (K = 2304) the budget's
-// 70 pixels and 112: 61-64 and 62-79 GFLOP/s (two runs). A larger column matrix may leave L2,
-// but it is read once, by the packing of B.
+// 70 pixels and 112: 61-64 and 62-79 GFLOP/s (two runs). A larger chunk's strips may outgrow
+// L2; the GEMM streams them one block of K at a time, which does fit.
 int64_t im2col_chunk_rows(const ConvGeometry& g, Isa isa) {
   const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
   const int64_t nr = default_gemm_ukernel(isa).nr;

@@ -309,10 +309,9 @@ PackedB::PackedB(const float* b, int64_t k, int64_t n, int64_t ldb)
 PackedB::PackedB(const float* b, int64_t k, int64_t n, int64_t ldb, Isa isa)
     : k_(k), n_(n), isa_(isa) {
   require_available(isa);
-  const GemmUkernel& ukernel = default_gemm_ukernel(isa);
-  nr_ = ukernel.nr;
+  nr_ = gemm_strip_width(isa);
   data_ = packed_buffer(packed_bytes() / static_cast<int64_t>(sizeof(float)));
-  ukernel.pack_b(b, ldb, k, n, data_.get(), k * nr_);
+  pack_b_strip_rows(b, ldb, k, n, 0, k, data_.get(), isa);
 }
 
 int64_t PackedB::packed_bytes() const {
