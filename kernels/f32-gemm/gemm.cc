@@ -115,13 +115,16 @@ constexpr GemmUkernel kUkernels[] = {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The epilogue as seen from the tile at (row, col): its pointers moved to the tile's origin.
-Epilogue epilogue_at(const Epilogue& e, int64_t row, int64_t col) {
-  Epilogue t = e;
-  if (t.row_bias != nullptr) t.row_bias += row;
-  if (t.col_bias != nullptr) t.col_bias += col;
-  if (t.residual != nullptr) t.residual += row * t.residual_ld + col;
-  return t;
+// Points `tile`'s pointers at the tile at (row, col) of `e`, field by field. Why not a fresh
+// copy per tile: the micro-kernel reads the struct right after it is written, and GCC copies it
+// with 16-byte moves, one of which reads back what two 8-byte stores just wrote; store-to-load
+// forwarding cannot serve that, and every tile stalled. perf on MobileNetV2 at batch 16 (Zen 3,
+// cpu-clock) put 65% of the driver's samples on two instructions after those loads, the driver
+// at 8.3% of the run (1.25% now); the model ran 1.04x faster at batch 16 and at batch 1.
+void move_epilogue_to(const Epilogue& e, int64_t row, int64_t col, Epilogue& tile) {
+  if (e.row_bias != nullptr) tile.row_bias = e.row_bias + row;
+  if (e.col_bias != nullptr) tile.col_bias = e.col_bias + col;
+  if (e.residual != nullptr) tile.residual = e.residual + row * e.residual_ld + col;
 }
 
 void require_available(Isa isa) {
@@ -214,6 +217,7 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
 
   GemmUkernelArgs args;
   args.ldc = ldc;
+  Epilogue tile_epilogue = epilogue;  // its pointers move from tile to tile
   for (int64_t n0 = 0; n0 < n; n0 += nc) {
     const int64_t n1 = std::min(n, n0 + nc);
     for (int64_t kb = 0; kb < k_blocks; ++kb) {
@@ -236,8 +240,7 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
           args.m = std::min(mr, m1 - i);
           args.a = packed_a + i * k + k0 * mr;  // panel i / mr starts at (i / mr) * mr * k
           args.c = c + i * ldc + j;
-          Epilogue tile_epilogue;
-          if (last) tile_epilogue = epilogue_at(epilogue, i, j);
+          if (last) move_epilogue_to(epilogue, i, j, tile_epilogue);
           args.epilogue = last ? &tile_epilogue : nullptr;
           ukernel.fn(args);
         };

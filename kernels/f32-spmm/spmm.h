@@ -135,6 +135,15 @@ struct SpmmUkernel {
 // length, B tiles copied contiguous, and K-blocks of 1x1 layers (their rows split into blocks
 // of ~6 non-zeros: the per-row cost outweighs L1 hits). The 3x3 lowering, whose rows are 9x
 // longer, does use K-blocks (f32-conv/conv.cc).
+// The ceiling of this loop, measured on Zen 3 (a standalone loop, operands in L1, 2026-11-22):
+// FMAs whose B operand is a load ran at ~0.21 ns each (8, 10 or 12 accumulators alike), against
+// 0.16 ns with register operands: about 1.5 256-bit loads per cycle, so 8 FMAs per non-zero
+// cost >= ~1.7 ns even in L1, ~1.3x the dense GEMM's time per FMA at its peak; with B in L2
+// (every layer deeper than ~100 channels at 64 pixels) it is ~3.7 ns. Against a dense GEMM at
+// 0.7 of peak (~1.8 ns per 8 FMAs), ten times fewer FMAs at 90% allow ~10x with B in L1 but
+// ~5x with B in L2, before the rows' fixed costs: the kernel measures 4.2x. Planes of 112x112
+// add L1 set conflicts: their B rows are 50176 bytes apart, which maps every row onto one of 4
+// groups of sets, so 8 rows share each set's 8 ways.
 // A column tail of up to 4 vectors joins the last full tile (up to 12 vectors); a longer one
 // gets a tile of its own. Every width sums each element in the same order, so results do not
 // depend on how a caller splits the columns.
