@@ -143,7 +143,7 @@ struct SpmmUkernel {
 // 0.7 of peak (~1.8 ns per 8 FMAs), ten times fewer FMAs at 90% allow ~10x with B in L1 but
 // ~5x with B in L2, before the rows' fixed costs: the kernel measures 4.2x. Planes of 112x112
 // add L1 set conflicts: their B rows are 50176 bytes apart, which maps every row onto one of 4
-// groups of sets, so 8 rows share each set's 8 ways.
+// groups of sets, so a 32-channel layer puts 8 rows on each set's 8 ways, the output none left.
 // A column tail of up to 4 vectors joins the last full tile (up to 12 vectors); a longer one
 // gets a tile of its own. Every width sums each element in the same order, so results do not
 // depend on how a caller splits the columns.
