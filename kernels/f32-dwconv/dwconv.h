@@ -4,13 +4,16 @@
 // Layout: weight is [C x KH*KW] (ONNX's [C, 1, KH, KW]); src/dst/residual are PlaneViews (see
 // f32-conv/conv.h), so a tile buffer that holds only some rows works. A depthwise layer does 9
 // multiply-adds per output pixel, so it is bound by memory and by data movement, not by FMAs:
-// per channel, the needed input rows are copied once into a zero-padded scratch block whose
-// rows are split into `stride` phases (even/odd columns for stride 2), after which every tap is
-// one contiguous, unaligned vector load and one FMA per vector of outputs (16 on AVX-512, 8 on
-// AVX2, 4 on the portable path); no bounds test is left in the inner loop. Any kernel size, stride,
-// dilation and padding is served. On AVX2, 3x3 stride 1 and 2 (MobileNetV2) take the channel-lane
-// kernel instead (lanes_impl.h): a vector holds one pixel of kLanes channels, so small planes
-// waste no lanes and pay no per-plane-row cost.
+// per channel, the needed input rows are copied once into a zero-padded scratch block, after
+// which every tap is one contiguous, unaligned vector load and one FMA per vector of outputs (16
+// on AVX-512, 8 on AVX2, 4 on the portable path); no bounds test is left in the inner loop. Any
+// kernel size, stride, dilation and padding is served. Stride 1 lays the rows out flat, so the
+// whole row range is one run of vectors (dwconv_impl.h, dwconv2d_flat: 7- and 14-wide planes
+// waste no vectors per row); other strides split each row into `stride` phases (even/odd
+// columns for stride 2) and run row by row. On AVX2, 3x3 stride 1 and 2 (MobileNetV2) take the
+// channel-lane kernel instead (lanes_impl.h): a vector holds one pixel of kLanes channels, so
+// small planes waste no lanes and pay no per-plane-row cost; it stays 1.05-1.6x faster than the
+// flat stride-1 kernel on MobileNetV2's shapes (bench/dwconv_bench.cc).
 #pragma once
 
 #include <cstdint>

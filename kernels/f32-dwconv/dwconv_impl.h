@@ -9,11 +9,123 @@
 namespace sparsecol::kernels {
 namespace {
 
+// window_row's operation for one channel: bias plus the sum of tap value x tap weight.
+struct MultiplyAdd {
+  const float* w;  // the channel's weights, one per tap
+  Vec bias;
+  Vec init() const { return bias; }
+  Vec step(Vec a, Vec x, int64_t t) const { return fmadd(x, broadcast(w + t), a); }
+};
+
+// Output rows `pitch` apart in acc to `rows` contiguous rows of out_w at dst, through the
+// epilogue (see store_mode), as whole vectors wherever they stay inside the rows: a vector that
+// runs past its row writes throw-away values over the start of the next row, which that row's
+// own stores then overwrite; only the region's last vector is stored in part.
+template <StoreMode kMode>
+inline void store_rows(const float* acc, int64_t pitch, int64_t rows, int64_t out_w,
+                       const Epilogue& e, const float* res, float* dst) {
+  const bool relu = e.post_residual == Activation::kRelu;
+  const Vec lo = splat(relu ? 0.0f : e.clip_min);
+  const Vec hi = splat(relu ? std::numeric_limits<float>::infinity() : e.clip_max);
+  const int64_t n = rows * out_w;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t x = 0; x < out_w; x += kLanes) {
+      const int64_t i = r * out_w + x;  // position in the region
+      const int64_t count = std::min(kLanes, n - i);
+      Vec v = load(acc + r * pitch + x);
+      if constexpr (kMode == StoreMode::kClamp) {
+        v = vmin(vmax(v, lo), hi);
+      } else if constexpr (kMode == StoreMode::kGeneric) {
+        v = vactivation(e.pre_residual, v, e.clip_min, e.clip_max);
+        if (res != nullptr) v += count == kLanes ? load(res + i) : load_partial(res + i, count);
+        v = vactivation(e.post_residual, v, e.clip_min, e.clip_max);
+      }
+      if (count == kLanes) {
+        store(dst + i, v);
+      } else {
+        store_few(dst + i, v, count);
+      }
+    }
+  }
+}
+
+// Stride 1 on planes: the region's input rows of a channel lie in one flat block whose rows are
+// `pitch` = in_w + max(pad_left, pad_right) floats apart, the zeros after one row's data serving
+// as the right padding of that row and the left padding of the next. Output (oh, x) then sits at
+// flat position q = (oh - oh_begin) * pitch + x and tap (ky, kx) reads block[q + ky * dilation_h
+// * pitch + kx * dilation_w] for every output of the region alike, so the whole region is one
+// long run of vectors (four accumulator chains, no per-row cost) at the price of computing
+// pitch - out_w throw-away outputs per row; these are dropped when the rows are packed for the
+// epilogue. Why not per row: a 14- or 7-wide row is one or two vectors, a single dependent FMA
+// chain per vector whose latency the row cannot hide. Against the per-row layout it replaced, on
+// MobileNetV2's stride-1 shapes (bench/dwconv_bench.cc "planes", AVX2, one thread, medians of 3,
+// two runs): 3.7x (960x7x7), 4.2-5.2x (14x14), 1.8x (28x28 to 112x112).
+inline void dwconv2d_flat(const ConvGeometry& g, const float* weight, const float* bias,
+                          const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
+                          int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
+                          std::vector<float>& scratch) {
+  const int64_t reach_w = (g.kernel_w - 1) * g.dilation_w,
+                reach_h = (g.kernel_h - 1) * g.dilation_h;
+  const int64_t pad_right = std::max<int64_t>(0, g.out_w + reach_w - g.in_w - g.pad_left);
+  const int64_t pitch = g.in_w + std::max(g.pad_left, pad_right);
+  const int64_t out_rows = oh_end - oh_begin;
+  const int64_t v0 = oh_begin - g.pad_top;  // input row of block row 0
+  const int64_t block_rows = out_rows + reach_h;
+  PaddedBlock b;
+  // Whole groups of window_row's four vectors: its one-vector tail is a single FMA chain.
+  b.out_w_padded = round_up((out_rows - 1) * pitch + g.out_w, 4 * kLanes);
+  for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+    for (int64_t kx = 0; kx < g.kernel_w; ++kx)
+      b.taps.push_back(ky * g.dilation_h * pitch + kx * g.dilation_w);
+  }
+  // Past the last row: the reads of the last vector of outputs, and a vector of slack for the
+  // whole-vector stores that copy a row in.
+  const int64_t block_len =
+      std::max(block_rows * pitch, b.out_w_padded + reach_h * pitch + reach_w) + kLanes;
+  scratch.assign(static_cast<std::size_t>(block_len + b.out_w_padded), 0.0f);
+  float* block = scratch.data();  // zeroed once: only the rows' data positions change
+  float* acc = block + block_len;
+  const StoreMode mode = store_mode(epilogue, residual);
+  const int64_t row_first = std::max<int64_t>(v0, 0), row_last = std::min(v0 + block_rows, g.in_h);
+  const int64_t taps = g.kernel_h * g.kernel_w;
+
+  for (int64_t c = 0; c < g.in_c; ++c) {
+    const float* plane = src.data + c * src.plane_stride;
+    for (int64_t v = row_first; v < row_last; ++v) {
+      // Whole vectors, the last one zero-filled past the row: what it writes beyond the row is
+      // padding (zeros) or the next row's data, copied after it. Every row but the last reads
+      // that vector whole (the next row follows it in the plane) and clears its excess lanes: a
+      // masked load (vmaskmovps) costs Zen 3 about as much as the row's other work on 7x7.
+      const float* from = plane + (v - src.row0) * g.in_w;
+      float* to = block + (v - v0) * pitch + g.pad_left;
+      int64_t x = 0;
+      for (; x + kLanes <= g.in_w; x += kLanes) store(to + x, load(from + x));
+      if (x == g.in_w) continue;
+      const int64_t rest = g.in_w - x;
+      store(to + x, v + 1 < row_last ? keep_first(load(from + x), rest, 0.0f)
+                                     : load_partial(from + x, rest));
+    }
+    const MultiplyAdd op{weight + c * taps, splat(bias != nullptr ? bias[c] : 0.0f)};
+    window_row(b, block, acc, op);
+    const float* res = residual == nullptr ? nullptr
+                                           : residual->data + c * residual->plane_stride +
+                                                 (oh_begin - residual->row0) * g.out_w;
+    float* out = dst.data + c * dst.plane_stride + (oh_begin - dst.row0) * g.out_w;
+    with_store_mode(mode, [&](auto m) {
+      store_rows<decltype(m)::value>(acc, pitch, out_rows, g.out_w, epilogue, res, out);
+    });
+  }
+}
+
 // The per-plane kernel (DwconvMethod::kPlanes): see dwconv.h.
 inline void dwconv2d_planes(const ConvGeometry& g, const float* weight, const float* bias,
                             const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
                             int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
                             std::vector<float>& scratch) {
+  if (g.stride_h == 1 && g.stride_w == 1) {
+    dwconv2d_flat(g, weight, bias, src, dst, oh_begin, oh_end, epilogue, residual, scratch);
+    return;
+  }
   const WindowGeometry wg{g.in_h,     g.in_w,    g.out_w,    g.kernel_h,   g.kernel_w,  g.stride_h,
                           g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w};
   const PaddedBlock b = plan_block(wg, oh_begin, oh_end);
@@ -24,12 +136,6 @@ inline void dwconv2d_planes(const ConvGeometry& g, const float* weight, const fl
   float* padded = acc + b.out_w_padded;
   const int64_t taps = g.kernel_h * g.kernel_w;
 
-  struct MultiplyAdd {
-    const float* w;
-    Vec bias;
-    Vec init() const { return bias; }
-    Vec step(Vec a, Vec x, int64_t t) const { return fmadd(x, splat(w[t]), a); }
-  };
   for (int64_t c = 0; c < g.in_c; ++c) {
     fill_block(wg, b, src.data + c * src.plane_stride, src.row0, 0.0f, block, padded);
     const MultiplyAdd op{weight + c * taps, splat(bias != nullptr ? bias[c] : 0.0f)};

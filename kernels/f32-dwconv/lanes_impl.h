@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "f32-conv/conv.h"
@@ -148,6 +149,20 @@ inline StoreMode store_mode(const Epilogue& e, const PlaneView* residual) {
   return e.post_residual == Activation::kNone ? StoreMode::kPlain : StoreMode::kClamp;
 }
 
+// Calls store(std::integral_constant<StoreMode, mode>{}), so that one switch turns the mode into
+// the template argument of a storer.
+template <typename Store>
+inline void with_store_mode(StoreMode mode, const Store& store) {
+  switch (mode) {
+    case StoreMode::kPlain:
+      return store(std::integral_constant<StoreMode, StoreMode::kPlain>{});
+    case StoreMode::kClamp:
+      return store(std::integral_constant<StoreMode, StoreMode::kClamp>{});
+    case StoreMode::kGeneric:
+      return store(std::integral_constant<StoreMode, StoreMode::kGeneric>{});
+  }
+}
+
 // Transposes one output row of a channel block ([column][lane], out_w columns) back into the
 // kLanes planes at d (d_stride apart), applying post(residual + pre(acc)) on the way; `res`
 // (res_stride apart) is nullptr without a residual. The store is the kernel's costliest stage
@@ -251,17 +266,9 @@ inline void dwconv3x3_lanes(const ConvGeometry& g, const float* weight, const fl
                                                    (oh - residual->row0) * g.out_w;
       float* d = dst.data + c0 * dst.plane_stride + (oh - dst.row0) * g.out_w;
       const int64_t res_stride = residual == nullptr ? 0 : residual->plane_stride;
-      switch (mode) {
-        case StoreMode::kPlain:
-          store_back<StoreMode::kPlain>(out, g.out_w, e, res, res_stride, d, dst.plane_stride);
-          break;
-        case StoreMode::kClamp:
-          store_back<StoreMode::kClamp>(out, g.out_w, e, res, res_stride, d, dst.plane_stride);
-          break;
-        case StoreMode::kGeneric:
-          store_back<StoreMode::kGeneric>(out, g.out_w, e, res, res_stride, d, dst.plane_stride);
-          break;
-      }
+      with_store_mode(mode, [&](auto m) {
+        store_back<decltype(m)::value>(out, g.out_w, e, res, res_stride, d, dst.plane_stride);
+      });
     }
   }
 }

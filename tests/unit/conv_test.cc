@@ -335,6 +335,66 @@ TEST_P(DepthwiseConvTest, MatchesReference) {
   }
 }
 
+// The per-plane kernel on random geometries: kernel sizes 1-5 per axis, stride and dilation 1-2
+// per axis, top/left and bottom/right padding drawn apart (ONNX's SAME_UPPER pads only the end),
+// widths around the vector length, a random row range read from a tile buffer holding exactly
+// its input rows (so an over-read past them is an ASan error) and written into a whole tensor
+// whose other rows must stay untouched.
+TEST_P(DepthwiseConvTest, PlanesMatchReferenceOnRandomGeometries) {
+  const kernels::Isa isa = GetParam();
+  std::mt19937 rng(31);
+  auto draw = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
+  };
+  for (int trial = 0; trial < 150; ++trial) {
+    ConvGeometry g;
+    g.in_c = g.out_c = g.groups = draw(1, 12);
+    g.kernel_h = draw(1, 5);
+    g.kernel_w = draw(1, 5);
+    g.stride_h = draw(1, 2);
+    g.stride_w = draw(1, 2);
+    g.dilation_h = draw(1, 2);
+    g.dilation_w = draw(1, 2);
+    g.pad_top = draw(0, g.kernel_h - 1);
+    g.pad_left = draw(0, g.kernel_w - 1);
+    const int64_t pad_bottom = draw(0, g.kernel_h - 1), pad_right = draw(0, g.kernel_w - 1);
+    const int64_t span_h = (g.kernel_h - 1) * g.dilation_h + 1;
+    const int64_t span_w = (g.kernel_w - 1) * g.dilation_w + 1;
+    g.in_h = std::max<int64_t>(span_h - g.pad_top - pad_bottom, 1) + draw(0, 10);
+    g.in_w = std::max<int64_t>(span_w - g.pad_left - pad_right, 1) + draw(0, 40);
+    g.out_h = (g.in_h + g.pad_top + pad_bottom - span_h) / g.stride_h + 1;
+    g.out_w = (g.in_w + g.pad_left + pad_right - span_w) / g.stride_w + 1;
+    SCOPED_TRACE(fmt::format("trial {}: c {} {}x{} k{}x{} s{}x{} d{}x{} pads {} {} {} {}", trial,
+                             g.in_c, g.in_h, g.in_w, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w,
+                             g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, pad_bottom,
+                             pad_right));
+    bool with_residual = false;
+    const Epilogue e = random_epilogue(rng, &with_residual);
+    const Problem p(g, e, with_residual, rng);
+    const int64_t a = draw(0, g.out_h - 1), b = draw(0, g.out_h - 1);
+    const int64_t r0 = std::min(a, b), r1 = std::max(a, b) + 1;
+    int64_t first = 0, last = 0;
+    kernels::conv_input_rows(g, r0, r1, &first, &last);
+    const std::vector<float> src_tile = copy_rows(p.src, g.in_c, g.in_h, g.in_w, first, last);
+    const PlaneView src_view{const_cast<float*>(src_tile.data()), first, (last - first) * g.in_w};
+    const int64_t out_plane = g.out_h * g.out_w;
+    const PlaneView res_view{const_cast<float*>(p.residual.data()), 0, out_plane};
+    std::vector<float> got(p.expected.size(), kSentinel);
+    std::vector<float> scratch;
+    kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), src_view, {got.data(), 0, out_plane},
+                           r0, r1, e, with_residual ? &res_view : nullptr, scratch, isa,
+                           kernels::DwconvMethod::kPlanes);
+    for (std::size_t i = 0; i < p.expected.size(); ++i) {
+      const int64_t r = static_cast<int64_t>(i) % out_plane / g.out_w;
+      if (r < r0 || r >= r1) {
+        ASSERT_EQ(got[i], kSentinel) << "wrote outside rows [" << r0 << ", " << r1 << ") at " << i;
+      } else {
+        ASSERT_NEAR(got[i], p.expected[i], 1e-4f * (1.0f + std::abs(p.expected[i]))) << i;
+      }
+    }
+  }
+}
+
 // The channel-lane 3x3 kernel against the per-plane one, bit for bit (both accumulate bias, then
 // the taps in the same order, so the depth-wise and layer-wise schedules agree whichever kernel
 // a tile gets), and against the reference: random 3x3 geometries with channel counts that leave
@@ -380,8 +440,10 @@ TEST_P(DepthwiseConvTest, ChannelLanesMatchPlanesBitForBit) {
     for (std::size_t i = 0; i < p.expected.size(); ++i) {
       const int64_t r = static_cast<int64_t>(i) % out_plane / g.out_w;
       if (r < r0 || r >= r1) {
-        ASSERT_EQ(got[1][i], kSentinel)
-            << "wrote outside rows [" << r0 << ", " << r1 << ") at " << i;
+        for (int m = 0; m < 2; ++m) {
+          ASSERT_EQ(got[m][i], kSentinel)
+              << "method " << m << " wrote outside rows [" << r0 << ", " << r1 << ") at " << i;
+        }
         continue;
       }
       ASSERT_NEAR(got[1][i], p.expected[i], 1e-4f * (1.0f + std::abs(p.expected[i]))) << i;
