@@ -56,10 +56,12 @@ inline void store_rows(const float* acc, int64_t pitch, int64_t rows, int64_t ou
 // * pitch + kx * dilation_w] for every output of the region alike, so the whole region is one
 // long run of vectors (four accumulator chains, no per-row cost) at the price of computing
 // pitch - out_w throw-away outputs per row; these are dropped when the rows are packed for the
-// epilogue. Why not per row: a 14- or 7-wide row is one or two vectors, a single dependent FMA
-// chain per vector whose latency the row cannot hide. Against the per-row layout it replaced, on
-// MobileNetV2's stride-1 shapes (bench/dwconv_bench.cc "planes", AVX2, one thread, medians of 3,
-// two runs): 3.7x (960x7x7), 4.2-5.2x (14x14), 1.8x (28x28 to 112x112).
+// epilogue. (Pads wider than the kernel's reach make pitch < out_w: the end of one row and the
+// start of the next then share positions, which is right because both read the same zeros.) Why not
+// per row: a 14- or 7-wide row is one or two vectors, a single dependent FMA chain per vector whose
+// latency the row cannot hide. Against the per-row layout it replaced, on MobileNetV2's stride-1
+// shapes (bench/dwconv_bench.cc "planes", AVX2, one thread, medians of 3, two runs): 3.7x
+// (960x7x7), 4.2-5.2x (14x14), 1.8x (28x28 to 112x112).
 inline void dwconv2d_flat(const ConvGeometry& g, const float* weight, const float* bias,
                           const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
                           int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
@@ -82,7 +84,8 @@ inline void dwconv2d_flat(const ConvGeometry& g, const float* weight, const floa
   // whole-vector stores that copy a row in.
   const int64_t block_len =
       std::max(block_rows * pitch, b.out_w_padded + reach_h * pitch + reach_w) + kLanes;
-  scratch.assign(static_cast<std::size_t>(block_len + b.out_w_padded), 0.0f);
+  // acc: a vector of slack too, for store_rows' whole-vector reads of the last row.
+  scratch.assign(static_cast<std::size_t>(block_len + b.out_w_padded + kLanes), 0.0f);
   float* block = scratch.data();  // zeroed once: only the rows' data positions change
   float* acc = block + block_len;
   const StoreMode mode = store_mode(epilogue, residual);
@@ -93,17 +96,12 @@ inline void dwconv2d_flat(const ConvGeometry& g, const float* weight, const floa
     const float* plane = src.data + c * src.plane_stride;
     for (int64_t v = row_first; v < row_last; ++v) {
       // Whole vectors, the last one zero-filled past the row: what it writes beyond the row is
-      // padding (zeros) or the next row's data, copied after it. Every row but the last reads
-      // that vector whole (the next row follows it in the plane) and clears its excess lanes: a
-      // masked load (vmaskmovps) costs Zen 3 about as much as the row's other work on 7x7.
+      // padding (zeros) or the next row's data, copied after it.
       const float* from = plane + (v - src.row0) * g.in_w;
       float* to = block + (v - v0) * pitch + g.pad_left;
       int64_t x = 0;
       for (; x + kLanes <= g.in_w; x += kLanes) store(to + x, load(from + x));
-      if (x == g.in_w) continue;
-      const int64_t rest = g.in_w - x;
-      store(to + x, v + 1 < row_last ? keep_first(load(from + x), rest, 0.0f)
-                                     : load_partial(from + x, rest));
+      if (x < g.in_w) store(to + x, load_partial(from + x, g.in_w - x));
     }
     const MultiplyAdd op{weight + c * taps, splat(bias != nullptr ? bias[c] : 0.0f)};
     window_row(b, block, acc, op);

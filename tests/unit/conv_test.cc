@@ -336,10 +336,11 @@ TEST_P(DepthwiseConvTest, MatchesReference) {
 }
 
 // The per-plane kernel on random geometries: kernel sizes 1-5 per axis, stride and dilation 1-2
-// per axis, top/left and bottom/right padding drawn apart (ONNX's SAME_UPPER pads only the end),
-// widths around the vector length, a random row range read from a tile buffer holding exactly
-// its input rows (so an over-read past them is an ASan error) and written into a whole tensor
-// whose other rows must stay untouched.
+// per axis, top/left and bottom/right padding drawn apart from 0 to the kernel size (ONNX puts no
+// bound on pads; SAME_UPPER pads only the end; pads wider than the kernel's reach make the flat
+// stride-1 layout's rows overlap), widths around the vector length, a random row range read from
+// a tile buffer holding exactly its input rows (so an over-read past them is an ASan error) and
+// written into a whole tensor whose other rows must stay untouched.
 TEST_P(DepthwiseConvTest, PlanesMatchReferenceOnRandomGeometries) {
   const kernels::Isa isa = GetParam();
   std::mt19937 rng(31);
@@ -355,9 +356,9 @@ TEST_P(DepthwiseConvTest, PlanesMatchReferenceOnRandomGeometries) {
     g.stride_w = draw(1, 2);
     g.dilation_h = draw(1, 2);
     g.dilation_w = draw(1, 2);
-    g.pad_top = draw(0, g.kernel_h - 1);
-    g.pad_left = draw(0, g.kernel_w - 1);
-    const int64_t pad_bottom = draw(0, g.kernel_h - 1), pad_right = draw(0, g.kernel_w - 1);
+    g.pad_top = draw(0, g.kernel_h);
+    g.pad_left = draw(0, g.kernel_w);
+    const int64_t pad_bottom = draw(0, g.kernel_h), pad_right = draw(0, g.kernel_w);
     const int64_t span_h = (g.kernel_h - 1) * g.dilation_h + 1;
     const int64_t span_w = (g.kernel_w - 1) * g.dilation_w + 1;
     g.in_h = std::max<int64_t>(span_h - g.pad_top - pad_bottom, 1) + draw(0, 10);
