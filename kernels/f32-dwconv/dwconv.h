@@ -12,8 +12,9 @@
 // waste no vectors per row); other strides split each row into `stride` phases (even/odd
 // columns for stride 2) and run row by row. On AVX2, 3x3 stride 1 and 2 (MobileNetV2) take the
 // channel-lane kernel instead (lanes_impl.h): a vector holds one pixel of kLanes channels, so
-// small planes waste no lanes and pay no per-plane-row cost; it stays 1.05-1.6x faster than the
-// flat stride-1 kernel on MobileNetV2's shapes (bench/dwconv_bench.cc).
+// small planes waste no lanes and pay no per-plane-row cost. Against the flat stride-1 kernel on
+// MobileNetV2's shapes (bench/dwconv_bench.cc, Zen 3) it is about as fast on 7x7 and 14x14 planes
+// (0.97-1.24x) and 1.4-1.6x faster on the larger ones, so kAuto keeps it there.
 #pragma once
 
 #include <cstdint>
