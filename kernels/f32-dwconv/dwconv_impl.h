@@ -24,27 +24,13 @@ struct MultiplyAdd {
 template <StoreMode kMode>
 inline void store_rows(const float* acc, int64_t pitch, int64_t rows, int64_t out_w,
                        const Epilogue& e, const float* res, float* dst) {
-  const bool relu = e.post_residual == Activation::kRelu;
-  const Vec lo = splat(relu ? 0.0f : e.clip_min);
-  const Vec hi = splat(relu ? std::numeric_limits<float>::infinity() : e.clip_max);
+  const EpilogueStore<kMode> store_vector(e);
   const int64_t n = rows * out_w;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t x = 0; x < out_w; x += kLanes) {
       const int64_t i = r * out_w + x;  // position in the region
-      const int64_t count = std::min(kLanes, n - i);
-      Vec v = load(acc + r * pitch + x);
-      if constexpr (kMode == StoreMode::kClamp) {
-        v = vmin(vmax(v, lo), hi);
-      } else if constexpr (kMode == StoreMode::kGeneric) {
-        v = vactivation(e.pre_residual, v, e.clip_min, e.clip_max);
-        if (res != nullptr) v += count == kLanes ? load(res + i) : load_partial(res + i, count);
-        v = vactivation(e.post_residual, v, e.clip_min, e.clip_max);
-      }
-      if (count == kLanes) {
-        store(dst + i, v);
-      } else {
-        store_few(dst + i, v, count);
-      }
+      store_vector(load(acc + r * pitch + x), res == nullptr ? nullptr : res + i,
+                   std::min(kLanes, n - i), dst + i);
     }
   }
 }

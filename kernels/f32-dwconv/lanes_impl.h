@@ -163,6 +163,36 @@ inline void with_store_mode(StoreMode mode, const Store& store) {
   }
 }
 
+// Stores one vector of `count` outputs (whole vectors as one store, others as store_few) through
+// the epilogue in mode kMode: the per-vector half of both depthwise storers (store_back below,
+// store_rows in dwconv_impl.h). `res` points at the vector's residual values (nullptr: none).
+template <StoreMode kMode>
+struct EpilogueStore {
+  const Epilogue& e;
+  Vec lo, hi;  // kClamp's bounds: Relu as [0, +inf), Clip as [clip_min, clip_max]
+
+  explicit EpilogueStore(const Epilogue& epilogue)
+      : e(epilogue),
+        lo(splat(e.post_residual == Activation::kRelu ? 0.0f : e.clip_min)),
+        hi(splat(e.post_residual == Activation::kRelu ? std::numeric_limits<float>::infinity()
+                                                      : e.clip_max)) {}
+
+  void operator()(Vec v, const float* res, int64_t count, float* dst) const {
+    if constexpr (kMode == StoreMode::kClamp) {
+      v = vmin(vmax(v, lo), hi);
+    } else if constexpr (kMode == StoreMode::kGeneric) {
+      v = vactivation(e.pre_residual, v, e.clip_min, e.clip_max);
+      if (res != nullptr) v += count == kLanes ? load(res) : load_partial(res, count);
+      v = vactivation(e.post_residual, v, e.clip_min, e.clip_max);
+    }
+    if (count == kLanes) {
+      store(dst, v);
+    } else {
+      store_few(dst, v, count);
+    }
+  }
+};
+
 // Transposes one output row of a channel block ([column][lane], out_w columns) back into the
 // kLanes planes at d (d_stride apart), applying post(residual + pre(acc)) on the way; `res`
 // (res_stride apart) is nullptr without a residual. The store is the kernel's costliest stage
@@ -173,31 +203,15 @@ inline void with_store_mode(StoreMode mode, const Store& store) {
 template <StoreMode kMode>
 inline void store_back(const float* out, int64_t out_w, const Epilogue& e, const float* res,
                        int64_t res_stride, float* d, int64_t d_stride) {
-  const bool relu = e.post_residual == Activation::kRelu;
-  const Vec lo = splat(relu ? 0.0f : e.clip_min);
-  const Vec hi = splat(relu ? std::numeric_limits<float>::infinity() : e.clip_max);
+  const EpilogueStore<kMode> store_vector(e);
   for (int64_t x0 = 0; x0 < out_w; x0 += kLanes) {
     const int64_t count = std::min(kLanes, out_w - x0);
     Vec r[kLanes];
     for (int k = 0; k < kLanes; ++k) r[k] = load(out + (x0 + k) * kLanes);
     transpose(r);
     for (int i = 0; i < kLanes; ++i) {
-      Vec v = r[i];
-      if constexpr (kMode == StoreMode::kClamp) {
-        v = vmin(vmax(v, lo), hi);
-      } else if constexpr (kMode == StoreMode::kGeneric) {
-        v = vactivation(e.pre_residual, v, e.clip_min, e.clip_max);
-        if (res != nullptr) {
-          const float* p = res + i * res_stride + x0;
-          v += count == kLanes ? load(p) : load_partial(p, count);
-        }
-        v = vactivation(e.post_residual, v, e.clip_min, e.clip_max);
-      }
-      if (count == kLanes) {
-        store(d + i * d_stride + x0, v);
-      } else {
-        store_few(d + i * d_stride + x0, v, count);
-      }
+      store_vector(r[i], res == nullptr ? nullptr : res + i * res_stride + x0, count,
+                   d + i * d_stride + x0);
     }
   }
 }
