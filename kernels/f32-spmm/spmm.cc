@@ -198,6 +198,14 @@ int64_t SparseLinear::packed_bytes() const {
   return total;
 }
 
+// Y^T is computed kFeatureChunk features at a time, so that the chunk (64 KiB) is still in L2
+// when it is transposed out: a whole block of BERT's 3072-feature layer (768 KiB) was not.
+constexpr int64_t kFeatureChunk = 256;
+
+int64_t sparse_linear_scratch_floats(int64_t depth) {
+  return (depth + kFeatureChunk) * kSpmmTokenBlock;
+}
+
 void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t tokens,
                    int64_t feature_begin, int64_t feature_end, float* y, int64_t ldy,
                    const Epilogue& epilogue, std::vector<float>& scratch, Isa isa,
@@ -214,11 +222,8 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
   }
   const int64_t features = feature_end - feature_begin, k = w.depth();
   if (tokens <= 0 || features == 0) return;
-  // Y^T is computed kFeatureChunk features at a time, so that the chunk (64 KiB) is still in L2
-  // when it is transposed out: a whole block of BERT's 3072-feature layer (768 KiB) was not.
-  constexpr int64_t kFeatureChunk = 256;
   const std::size_t xt_size = static_cast<std::size_t>(k * kSpmmTokenBlock);
-  scratch.resize(xt_size + static_cast<std::size_t>(kFeatureChunk * kSpmmTokenBlock));
+  scratch.resize(static_cast<std::size_t>(sparse_linear_scratch_floats(k)));
   float* yt = scratch.data() + xt_size;
   // The kernel applies the feature bias (a row bias of Y^T) and the activation before the
   // residual, with the last K block; the residual and the activation after it are applied after

@@ -240,6 +240,11 @@ inline int64_t token_feature_offset(TokenLayout layout, int64_t t, int64_t f, in
 // col_bias is per feature and row_bias must be null; an output in feature blocks takes no
 // residual and no activation after it. y must not overlap x or the residual (the result is
 // transposed into y before the residual is added). Single-threaded; `scratch` grows as needed.
+// The floats of `scratch` sparse_linear uses for a W of `depth` K rows, whatever the tokens: a
+// transposed block of X and a chunk of Y^T (the depth-wise planner counts it in a tile's working
+// set).
+int64_t sparse_linear_scratch_floats(int64_t depth);
+
 void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t tokens,
                    int64_t feature_begin, int64_t feature_end, float* y, int64_t ldy,
                    const Epilogue& epilogue, std::vector<float>& scratch, Isa isa = active_isa(),

@@ -23,6 +23,9 @@ using Dims = std::vector<int64_t>;
 // not grow with the tile's height beyond that (but for very deep layers, see conv.h).
 constexpr int64_t kScratchChunkBytes = kernels::kIm2colBudgetFloats * int64_t{sizeof(float)};
 constexpr int64_t kMinTilePixels = 64;
+// A linear layer's sparse kernel works on blocks of this many tokens (f32-spmm/spmm.h), and the
+// dense GEMM re-reads its whole weight per tile: fewer tokens per tile waste both.
+constexpr int64_t kMinTileTokens = kernels::kSpmmTokenBlock;
 constexpr int64_t kNoCap = std::numeric_limits<int64_t>::max();
 
 const graph::Value& value_of(const graph::Graph& graph, int id) {
@@ -64,21 +67,42 @@ bool is_view(const graph::Node& node) {
                      [&](const char* op) { return node.op_type == op; });
 }
 
-// How an operand of an element-wise op (or of a fused Add) on a [N, C, H, W] output is read on
-// a tile: row by row (same shape), not at all (a constant scalar or per-channel vector), or not
-// in a form the tile kernels take.
-std::optional<RowMap> operand_map(const graph::Graph& graph, int operand, const Dims& out) {
+// How an operand of an element-wise op (or of a fused Add) on a tile of the output `out` is
+// read: row by row (same shape), not at all (a constant scalar, or a constant vector per channel
+// of an NCHW image or per feature of a token sequence), or not in a form the tile kernels take.
+std::optional<RowMap> operand_map(const graph::Graph& graph, int operand, const Dims& out,
+                                  bool tokens) {
   const std::optional<Dims> d = dims_of(graph, operand);
   if (!d || !is_f32(graph, operand)) return std::nullopt;
   if (is_constant(graph, operand)) {
     const int64_t n = numel(*d);
-    const bool per_channel = n == out[1] && graph::broadcasts_to(*d, out) && d->size() >= 3 &&
-                             (*d)[d->size() - 3] == out[1];
-    if (n == 1 || per_channel) return RowMap{};
+    const bool along_axis =
+        graph::broadcasts_to(*d, out) &&
+        (tokens ? n == out.back() && d->back() == n
+                : n == out[1] && d->size() >= 3 && (*d)[d->size() - 3] == out[1]);
+    if (n == 1 || along_axis) return RowMap{};
     return std::nullopt;
   }
   if (*d == out) return RowMap{RowMap::Kind::kSame};
   return std::nullopt;
+}
+
+// Whether constant weight `w` runs through the sparse kernels: the same choice as the kernels'
+// own packing (kernels::PackedConv, the layer-by-layer linear steps).
+bool runs_sparse(const graph::Graph& graph, int w, double sparse_threshold,
+                 kernels::SparseLayerKind kind) {
+  const Tensor& weight = *value_of(graph, w).constant;
+  return kernels::zero_fraction(weight.data<float>(), weight.numel()) >=
+         kernels::resolve_sparse_threshold(sparse_threshold, kind);
+}
+
+// The packed bytes of sparse weight `w` (kernels::SparseMatrix::packed_bytes): a value and an
+// offset per non-zero, and `row_pointers` row pointers.
+int64_t sparse_bytes(const graph::Graph& graph, int w, int64_t row_pointers) {
+  const Tensor& weight = *value_of(graph, w).constant;
+  const float* data = weight.data<float>();
+  const int64_t zeros = std::count(data, data + weight.numel(), 0.0f);
+  return (weight.numel() - zeros) * 8 + row_pointers * 4;
 }
 
 RowMap window_map(const graph::WindowParams& w) {
@@ -106,6 +130,37 @@ GraphFacts graph_facts(const graph::Graph& graph) {
   GraphFacts facts{graph.consumers(), std::vector<bool>(graph.values.size(), false)};
   for (int v : graph.outputs) facts.is_graph_output[static_cast<std::size_t>(v)] = true;
   return facts;
+}
+
+// Column::feature_blocks, from the column's tiles (c.tile_rows set) and which ops' outputs escape.
+void mark_feature_blocks(const graph::Graph& graph, const std::vector<TileOp>& ops,
+                         const std::vector<bool>& escapes, Column& c) {
+  const std::size_t m = ops.size();
+  c.feature_blocks.assign(m, false);
+  const TileOp& anchor = ops.back();
+  const int64_t block = kernels::kSpmmTokenBlock;
+  if (!anchor.tokens || c.tile_rows % block != 0 || anchor.rows % block != 0) return;
+  auto is_sparse_linear = [&](const TileOp& op) {
+    return op.sparse && graph.nodes[static_cast<std::size_t>(op.node)].op_type == "MatMul";
+  };
+  for (std::size_t i = 0; i + 1 < m; ++i) {
+    if (escapes[i] || !is_sparse_linear(ops[i])) continue;
+    // The kernel must finish the epilogue while the block is feature-major: no residual (read
+    // token-major) and nothing after it.
+    const std::optional<runtime::FusedEpilogue> fused = fuse_tile_epilogue(graph, ops[i]);
+    if (!fused || fused->residual_input >= 0 ||
+        fused->kernel.post_residual != kernels::Activation::kNone) {
+      continue;
+    }
+    int reads = 0;
+    bool as_input0 = false;
+    for (std::size_t j = i + 1; j < m; ++j) {
+      const std::vector<int>& in = graph.nodes[static_cast<std::size_t>(ops[j].node)].inputs;
+      reads += static_cast<int>(std::count(in.begin(), in.end(), ops[i].output));
+      as_input0 = as_input0 || (is_sparse_linear(ops[j]) && in[0] == ops[i].output);
+    }
+    c.feature_blocks[i] = reads == 1 && as_input0;
+  }
 }
 
 std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
@@ -235,6 +290,7 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
     }
   }
   std::rotate(c.outputs.rbegin(), c.outputs.rbegin() + 1, c.outputs.rend());  // anchor first
+  mark_feature_blocks(graph, ops, escapes, c);
   const MemoryPlan arena = plan_memory(requests);
   c.arena_bytes = arena.arena_size;
   c.buffer_offset = arena.offsets;
@@ -279,8 +335,10 @@ bool fits(const Column& c, const PlanOptions& options) {
 
 // A GEMM on fewer pixels than its kernel's tile wastes most of its time on edges (the conv
 // kernel's own minimum chunk is 64 pixels, kernels/f32-conv; the sparse kernels hold 64 pixels
-// of a row in registers), and every tile streams the column's weights again.
-int64_t min_tile_rows(const TileOp& anchor) { return ceil_div(kMinTilePixels, anchor.width); }
+// of a row in registers), and every tile streams the column's weights again. Likewise tokens.
+int64_t min_tile_rows(const TileOp& anchor) {
+  return anchor.tokens ? kMinTileTokens : ceil_div(kMinTilePixels, anchor.width);
+}
 
 // The tallest tile of an anchor that still gives every thread tiles at a small batch: two per
 // thread for balance, or one where two would be narrower than a kernel tile; nullopt where even
@@ -340,6 +398,10 @@ std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& f
       hi = mid - 1;
     }
   }
+  // Token tiles in whole blocks of the sparse kernel (kSpmmTokenBlock): 85 tokens would run a
+  // block of 64 and one of 21.
+  if (ops.back().tokens && lo < cap && lo > kMinTileTokens)
+    lo = lo / kMinTileTokens * kMinTileTokens;
   if (best->tile_rows != lo) best = layout_at(lo);
   if (ops.size() > 1 && best->halo_overhead > options.max_halo_overhead) return std::nullopt;
   return best;
@@ -376,10 +438,12 @@ std::string kib(int64_t bytes) {
 
 // Why a tileable op runs whole: `alone_fits` when a column of it alone was possible.
 std::string whole_reason(const TileOp& op, bool alone_fits, const PlanOptions& options) {
-  if (alone_fits) return "a column of one op keeps nothing in cache";
+  if (alone_fits) return "no column from here keeps an intermediate in cache";
   if (!max_tile_rows(op, options)) {
-    return fmt::format("{} threads at batch {} would need tiles under {} pixels", options.threads,
-                       op.batch, kMinTilePixels);
+    return fmt::format("{} threads at batch {} would need tiles under {}", options.threads,
+                       op.batch,
+                       op.tokens ? fmt::format("{} tokens", kMinTileTokens)
+                                 : fmt::format("{} pixels", kMinTilePixels));
   }
   return fmt::format("its working set exceeds the cache budget even alone ({} of weights)",
                      kib(op.weight_bytes));
@@ -436,23 +500,27 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     if (node.outputs[i] >= 0) return refuse("a second output");
   }
   const std::optional<Dims> y = dims_of(graph, node.outputs[0]);
-  if (!y || y->size() != 4 || !is_f32(graph, node.outputs[0])) {
-    return refuse("the output is not a float32 NCHW tensor");
+  if (!y || y->size() < 2 || y->size() > 4 || !is_f32(graph, node.outputs[0])) {
+    return refuse("the output is neither a float32 NCHW image nor a token sequence");
   }
   TileOp op;
   op.node = node_index;
   op.output = node.outputs[0];
-  op.batch = (*y)[0];
-  op.channels = (*y)[1];
-  op.rows = (*y)[2];
-  op.width = (*y)[3];
+  op.tokens = y->size() < 4;
+  op.batch = y->size() == 2 ? 1 : (*y)[0];
+  op.channels = op.tokens ? 1 : (*y)[1];
+  op.rows = (*y)[y->size() - 2];
+  op.width = y->back();
   op.inputs.assign(node.inputs.size(), RowMap{});
   op.scratch_cap_bytes = kNoCap;
+  // Input 0 holds the same images, or the same tokens of the same sequences.
   const std::optional<Dims> x = dims_of(graph, node.input(0));
-  if (!x || x->size() != 4 || !is_f32(graph, node.input(0)) || (*x)[0] != op.batch) {
-    return refuse("input 0 is not a float32 NCHW tensor of the output's batch");
+  if (!x || x->size() != y->size() || !is_f32(graph, node.input(0)) ||
+      (op.tokens ? !std::equal(y->begin(), y->end() - 1, x->begin()) : (*x)[0] != op.batch)) {
+    return refuse(op.tokens ? "input 0 is not a float32 sequence of the output's tokens"
+                            : "input 0 is not a float32 NCHW tensor of the output's batch");
   }
-  if (node.op_type == "Conv") {
+  if (node.op_type == "Conv" && !op.tokens) {
     const int w = node.input(1), b = node.input(2);
     if (!is_constant(graph, w) || !is_f32(graph, w) ||
         (b >= 0 && (!is_constant(graph, b) || !is_f32(graph, b)))) {
@@ -469,18 +537,12 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
                            p.window.pads_begin[0] == 0 && p.window.pads_begin[1] == 0;
     // The same choice as kernels::PackedConv (f32-conv/conv.cc): depth-wise convolutions stay
     // dense, any other runs sparse from the threshold on.
-    const graph::Value& weight = value_of(graph, w);
-    const float* wd = weight.constant->data<float>();
-    const int64_t wn = weight.constant->numel();
-    op.sparse = !depthwise && kernels::zero_fraction(wd, wn) >=
-                                  kernels::resolve_sparse_threshold(
-                                      sparse_threshold, kernels::SparseLayerKind::kConv);
+    op.sparse =
+        !depthwise && runs_sparse(graph, w, sparse_threshold, kernels::SparseLayerKind::kConv);
     const int64_t taps = numel(p.window.kernel);
     if (op.sparse) {
-      // kernels::SparseMatrix::packed_bytes: a value and an offset per non-zero, a row pointer
-      // per output channel; ResNet-50 s90's layer3 streams 0.9 MiB per block instead of 4.3.
-      const int64_t nnz = wn - static_cast<int64_t>(std::count(wd, wd + wn, 0.0f));
-      op.weight_bytes = nnz * 8 + (p.out_channels + 1) * 4 + bias_bytes;
+      // ResNet-50 s90's layer3 streams 0.9 MiB per block instead of 4.3.
+      op.weight_bytes = sparse_bytes(graph, w, p.out_channels + 1) + bias_bytes;
     }
     if (depthwise) {
       // One channel's padded input rows at a time (kernels/f32-dwconv).
@@ -504,10 +566,53 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
       op.scratch_cap_bytes =
           op.scratch_bytes_per_row * kernels::im2col_chunk_rows(runtime::conv_geometry(p));
     }
-  } else if (node.op_type == "MaxPool" || node.op_type == "AveragePool") {
+  } else if ((node.op_type == "MaxPool" || node.op_type == "AveragePool") && !op.tokens) {
     const graph::PoolParams p = graph::parse_pool(graph, node, *x);
     op.inputs[0] = window_map(p.window);
     op.scratch_bytes_per_row = p.window.strides[0] * (p.window.in_size[1] + 2 * 8) * 4;
+  } else if (node.op_type == "MatMul" && op.tokens) {
+    // A linear layer: one constant [K, N] weight for every token. A MatMul of two activations
+    // (attention's Q K^T and P V) reads every token of the other operand.
+    const int w = node.input(1);
+    const std::optional<Dims> w_dims = dims_of(graph, w);
+    if (!is_constant(graph, w) || !is_f32(graph, w) || !w_dims || w_dims->size() != 2 ||
+        (*w_dims)[0] != x->back()) {
+      return refuse("needs the whole tensor (B is not a constant weight: every token reads all)");
+    }
+    op.inputs[0] = RowMap{RowMap::Kind::kSame};
+    const int64_t k = (*w_dims)[0], n = (*w_dims)[1];
+    op.sparse = runs_sparse(graph, w, sparse_threshold, kernels::SparseLayerKind::kLinear);
+    if (op.sparse) {
+      // W^T in K blocks of kSpmmLinearDepthBlock rows, each with a row pointer per feature; the
+      // kernel's scratch (a transposed block of tokens) does not grow with the tile.
+      op.weight_bytes =
+          sparse_bytes(graph, w, ceil_div(k, kernels::kSpmmLinearDepthBlock) * (n + 1));
+      op.scratch_bytes_per_row = kernels::sparse_linear_scratch_floats(k) * 4;
+      op.scratch_cap_bytes = op.scratch_bytes_per_row;
+    } else {
+      op.weight_bytes = bytes_of(graph, w);
+      op.scratch_bytes_per_row = k * 4;  // the tile's tokens packed into the GEMM's panels
+    }
+  } else if ((node.op_type == "LayerNormalization" || node.op_type == "Softmax") && op.tokens) {
+    // Each token on its own: normalized over its features only (the last axis).
+    if (*x != *y) return refuse("input and output shapes differ");
+    bool last_axis = false;
+    if (node.op_type == "Softmax") {
+      last_axis = graph::parse_softmax(graph, node, *x).inner == 1;
+    } else {
+      const int scale = node.input(1), bias = node.input(2);
+      if (!is_constant(graph, scale) || !is_f32(graph, scale) ||
+          (bias >= 0 && (!is_constant(graph, bias) || !is_f32(graph, bias)))) {
+        return refuse("scale or bias is not a float32 constant");
+      }
+      const graph::LayerNormParams p =
+          graph::parse_layer_norm(graph, node, *x, *dims_of(graph, scale),
+                                  bias >= 0 ? dims_of(graph, bias) : std::optional<Dims>{});
+      last_axis = p.inner == op.width && numel(*dims_of(graph, scale)) == op.width &&
+                  (bias < 0 || numel(*dims_of(graph, bias)) == op.width);
+    }
+    if (!last_axis) return refuse("normalizes over more than one token's features");
+    op.inputs[0] = RowMap{RowMap::Kind::kSame};
   } else if (is_unary(node.op_type)) {
     if (*x != *y) return refuse("input and output shapes differ");
     op.inputs[0] = RowMap{RowMap::Kind::kSame};
@@ -518,7 +623,7 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     }
   } else if (is_binary(node.op_type)) {
     for (std::size_t i = 0; i < 2; ++i) {
-      const std::optional<RowMap> map = operand_map(graph, node.input(i), *y);
+      const std::optional<RowMap> map = operand_map(graph, node.input(i), *y, op.tokens);
       if (!map) return refuse("a broadcast the tile kernels do not take");
       op.inputs[i] = *map;
     }
@@ -531,11 +636,26 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     const int operand = e.input >= 0 && static_cast<std::size_t>(e.input) < node.inputs.size()
                             ? node.inputs[e.input]
                             : -1;
-    const std::optional<RowMap> map = operand_map(graph, operand, *y);
+    const std::optional<RowMap> map = operand_map(graph, operand, *y, op.tokens);
     if (!map) return refuse("a fused Add whose operand the tile kernels do not take");
     op.inputs[static_cast<std::size_t>(e.input)] = *map;
   }
   return op;
+}
+
+std::optional<runtime::FusedEpilogue> fuse_tile_epilogue(const graph::Graph& graph,
+                                                         const TileOp& op) {
+  const graph::Node& node = graph.nodes[static_cast<std::size_t>(op.node)];
+  return runtime::fuse_epilogue(node, [&](int input) {
+    runtime::AddOperandUse use;
+    use.residual = op.inputs[static_cast<std::size_t>(input)].kind == RowMap::Kind::kSame;
+    const int v = node.inputs[static_cast<std::size_t>(input)];
+    if (node.op_type == "MatMul" && !use.residual && is_constant(graph, v) &&
+        value_of(graph, v).constant->numel() == op.width) {
+      use.bias = value_of(graph, v).constant->data<float>();
+    }
+    return use;
+  });
 }
 
 std::optional<Column> layout_column(const graph::Graph& graph, std::vector<TileOp> ops,
@@ -595,8 +715,10 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
       std::optional<Column> deep = l3.pick();
       if (!best || deep->ops.size() > best->ops.size()) best = std::move(deep);
     }
-    // A column of one op keeps nothing in cache: the op runs whole, split across the threads.
-    if (!best || best->ops.size() < 2) {
+    // A column of one op, or one whose every value is read after it (BERT: a layer norm and the
+    // query projection, whose input the key and value projections read too), keeps nothing in
+    // cache: the op runs whole, split across the threads.
+    if (!best || best->ops.size() < 2 || best->bytes_in_cache == 0) {
       plan.why_whole[i] = whole_reason(*tile_ops[i], best.has_value(), options);
       ++i;
       continue;
@@ -651,12 +773,13 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
     const Column& c = plan.columns[static_cast<std::size_t>(col)];
     if (c.ops.front().node != static_cast<int>(i)) continue;
     out += fmt::format(
-        "  column {} ({}): {} ops, tiles of {} of {} rows ({} per image), working set {} of {} "
+        "  column {} ({}): {} ops, tiles of {} of {} {} ({} per {}), working set {} of {} "
         "(tile buffers {}, scratch {}, weights {}{}), halo overhead {:.1f}%, intermediates in "
         "{} {}, to memory {}\n",
-        col, to_string(c.tier), c.ops.size(), c.tile_rows, c.ops.back().rows, c.tiles_per_image,
-        kib(c.working_set_bytes), kib(c.budget_bytes), kib(c.arena_bytes), kib(c.scratch_bytes),
-        kib(c.weight_bytes),
+        col, to_string(c.tier), c.ops.size(), c.tile_rows, c.ops.back().rows,
+        c.ops.back().tokens ? "tokens" : "rows", c.tiles_per_image,
+        c.ops.back().tokens ? "sequence" : "image", kib(c.working_set_bytes), kib(c.budget_bytes),
+        kib(c.arena_bytes), kib(c.scratch_bytes), kib(c.weight_bytes),
         c.weights_streamed    ? " streamed from the shared cache"
         : c.tier == Tier::kL3 ? " shared by the threads"
                               : "",
@@ -666,9 +789,13 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
       int64_t rows = 0;
       for (const auto& tile : c.rows) rows = std::max(rows, tile[k].size());
       const graph::Node& n = graph.nodes[static_cast<std::size_t>(op.node)];
-      out += fmt::format("           {:<16} {:<28} [{}, {}, {}, {}]  up to {} rows per tile{}{}\n",
-                         op_label(n), "'" + n.name + "'", op.batch, op.channels, op.rows, op.width,
-                         rows, op.sparse ? ", sparse" : "",
+      const std::string shape =
+          op.tokens ? fmt::format("[{}, {}, {}]", op.batch, op.rows, op.width)
+                    : fmt::format("[{}, {}, {}, {}]", op.batch, op.channels, op.rows, op.width);
+      out += fmt::format("           {:<16} {:<28} {}  up to {} {} per tile{}{}{}\n", op_label(n),
+                         "'" + n.name + "'", shape, rows, op.tokens ? "tokens" : "rows",
+                         op.sparse ? ", sparse" : "",
+                         c.feature_blocks[k] ? ", passed on in feature blocks" : "",
                          c.is_output(static_cast<int>(k)) ? ", to memory" : "");
     }
   }
@@ -680,13 +807,7 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
       "L2 and {} in L3 tile buffers ({:.1f}x fewer bytes to memory)\n",
       kib(plan.layerwise_bytes), kib(plan.depthwise_bytes), kib(plan.bytes_in_l2),
       kib(plan.bytes_in_l3), ratio);
-  if (plan.columns.empty()) {
-    // Token models (BERT: [batch, tokens, features]) are not tiled yet: tiling along tokens
-    // needs the attention's whole-sequence ops to end columns, which a first version leaves out.
-    out +=
-        "no columns: every op runs whole, layer by layer (columns tile NCHW activations; token "
-        "models are not tiled yet)\n";
-  }
+  if (plan.columns.empty()) out += "no columns: every op runs whole, layer by layer\n";
   return out;
 }
 

@@ -3,13 +3,16 @@
 // column's tiles to a per-core cache budget (DESIGN.md, "The ideas that make it fast").
 //
 // A column is a run of consecutive nodes (topological order) that all work per image and per
-// row range on NCHW tensors: convolutions, pooling, element-wise ops, with their fused epilogues.
+// row range on NCHW tensors (convolutions, pooling, element-wise ops, with their fused
+// epilogues), or per sequence and token range on token tensors (a transformer's linear layers,
+// layer norms and what fuses into them; see TileOp).
 // It may hold a sub-DAG: a residual block's skip connection is read by a later op of the same
 // column. Its tiles are row blocks of one image of the column's last output (the "anchor"); per
 // tile every op computes the rows its consumers in the column need (halos recomputed), into
 // per-thread tile buffers; only the column's outputs (the anchor, and any value read after the
-// column) are written to memory. Ops that need the whole tensor (global pooling, Gemm, MatMul,
-// Flatten, Softmax, ...) run on their own, layer by layer, between columns, and so do tileable
+// column) are written to memory. Ops that need the whole tensor (global pooling, Gemm, MatMul of
+// two activations, Flatten, Transpose, ...) run on their own, layer by layer, between columns,
+// and so do tileable
 // ops where a column would not pay: one op alone (nothing stays in cache), or a plane so small
 // that at this batch the threads would each need tiles narrower than a kernel tile (64 pixels:
 // at batch 1, ResNet-50's 7x7 stage); each such op is split across the threads instead.
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "runtime/kernel_bindings.h"
 
 namespace sparsecol::plan {
 
@@ -67,17 +71,26 @@ struct RowMap {
 };
 
 // A node that can run on a tile (one image, a range of output rows).
+//
+// Two kinds of tensors are tiled. NCHW images (convolutions, pooling, element-wise ops): a row is
+// one row of pixels of every channel. Token sequences, [batch, tokens, features] or [tokens,
+// features] (one batch entry), as transformers pass them (MatMul with a constant weight,
+// LayerNormalization, Softmax over the features, element-wise ops): a row is one token, seen as
+// one channel `features` wide, and every op maps tokens to the same tokens (kSame), so a column
+// of them needs no halo. Attention's products read every token of the sequence: they end columns.
 struct TileOp {
   int node = -1;               // index into graph.nodes
   int output = -1;             // its output value
   std::vector<RowMap> inputs;  // one per node input, epilogue operands included
+  bool tokens = false;         // a token sequence (channels 1, rows tokens, width features)
   int64_t batch = 0, channels = 0, rows = 0, width = 0;  // of the output, NCHW
   // Bytes of constants the kernel streams per tile: the packed sparse weight (values, offsets,
   // row pointers) when it runs through the sparse kernels, else the float weights and bias.
   int64_t weight_bytes = 0;
-  bool sparse = false;  // a Conv whose weight runs through the sparse kernels
+  bool sparse = false;  // a Conv or MatMul whose weight runs through the sparse kernels
   // Per-thread kernel scratch per output row (im2col columns, the padded window copies, the
-  // sparse kernels' zero-padded input rows), and its cap (the kernels work in chunks).
+  // sparse kernels' zero-padded input rows, a linear layer's packed or transposed tokens), and
+  // its cap (the kernels work in chunks).
   int64_t scratch_bytes_per_row = 0;
   int64_t scratch_cap_bytes = 0;
   int64_t row_bytes() const { return channels * width * 4; }  // one output row, all channels
@@ -87,6 +100,13 @@ struct TileOp {
 // `sparse_threshold` as Options::sparse_threshold (which Conv weights the sparse kernels run).
 std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node, std::string* why_not,
                                    double sparse_threshold = -1.0);
+
+// The node's epilogue as the tile kernels fuse it (runtime::fuse_epilogue): an Add fuses as the
+// residual when its operand is a same-shape tensor on the tile, as a MatMul's bias when it is a
+// constant vector along the features; nullopt where it does not fit (the kernel's result then
+// goes through the generic epilogue).
+std::optional<runtime::FusedEpilogue> fuse_tile_epilogue(const graph::Graph& graph,
+                                                         const TileOp& op);
 
 enum class Tier { kL2, kL3 };
 const char* to_string(Tier tier);
@@ -123,6 +143,11 @@ struct Column {
   // (written straight to memory); buffers whose lifetimes within a tile do not overlap share
   // bytes, except rolling buffers that keep rows for the next tile (PlanOptions::rolling).
   std::vector<int64_t> buffer_offset;
+  // feature_blocks[i]: ops[i]'s tile buffer holds its tokens in the sparse linear kernel's
+  // feature blocks (kernels::TokenLayout::kFeatureBlocks), not token-major: a sparse linear
+  // layer's output that only the next one reads, as its input 0 (BERT's FFN), on tiles of whole
+  // blocks. It is copied out of one kernel and into the other instead of transposed twice.
+  std::vector<bool> feature_blocks;
   int64_t arena_bytes = 0, scratch_bytes = 0, weight_bytes = 0;
   // What one core keeps hot per tile, against its tier's budget. L2: arena + scratch + the
   // weights, unless they do not fit beside the rest: then they are streamed from the shared

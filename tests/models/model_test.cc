@@ -395,6 +395,8 @@ TEST_P(DepthwiseTileTest, PlanReportComparesWithLayerByLayer) {
   const std::string report = run().engine.plan_report();
   std::cout << report;
   EXPECT_NE(report.find("layer by layer"), std::string::npos);
+  // Every model has columns (BERT's along its tokens), so the tests above run tiles.
+  EXPECT_NE(report.find("  column 0 "), std::string::npos) << "no columns";
 }
 
 std::vector<ModelCase> depthwise_cases() {

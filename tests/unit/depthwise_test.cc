@@ -107,14 +107,7 @@ TEST(Depthwise, ElementwiseOpsAndEscapingIntermediatesMatchReference) {
 }
 
 // A weight with ~90% of its entries zeroed (seeded), so that the conv runs sparse.
-Tensor pruned(std::vector<int64_t> shape, uint32_t seed) {
-  Tensor t = random_tensor(std::move(shape), seed);
-  const Tensor keep = random_tensor(t.shape(), seed + 1, 0.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (keep.data<float>()[i] < 0.9f) t.data<float>()[i] = 0.0f;
-  }
-  return t;
-}
+Tensor pruned(std::vector<int64_t> shape, uint32_t seed) { return pruned_tensor(shape, seed, 0.9); }
 
 // A ResNet downsample block, pruned: the strided 1x1 convs (stride `s1x1`, pads `pads`) read
 // every stride-th pixel, which the conv kernel gathers unless a tap can fall in padding
@@ -135,6 +128,13 @@ graph::Graph downsample_net(std::vector<int64_t> s1x1, std::vector<int64_t> pads
   const int sum = b.node("Relu", {b.node("Add", {branch, down})});
   const int last = b.node("Conv", {sum, b.constant("w3", pruned({20, 32, 1, 1}, 8))});
   return b.finish({last});
+}
+
+// Token columns: the FFN's hidden activation passes between the two sparse layers in feature
+// blocks where every tile holds whole blocks (the planner's tiles, 1000 rows: whole sequences),
+// token-major elsewhere (1, 5, 7 rows); batch 3 gives the threads uneven shares.
+TEST(Depthwise, TokenColumnsMatchReference) {
+  expect_matches_reference(token_net(), {{"x", random_tensor({3, 128, 24}, 31)}});
 }
 
 TEST(Depthwise, StridedSparse1x1MatchesReference) {

@@ -21,6 +21,17 @@ inline Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float lo 
   return t;
 }
 
+// A random tensor with each element zeroed with probability `sparsity`.
+inline Tensor pruned_tensor(std::vector<int64_t> shape, uint32_t seed, double sparsity) {
+  Tensor t = random_tensor(std::move(shape), seed);
+  std::mt19937 rng(seed + 1000);
+  std::bernoulli_distribution zero(sparsity);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (zero(rng)) t.data<float>()[i] = 0.0f;
+  }
+  return t;
+}
+
 inline Tensor scalar(float v) {
   Tensor t = Tensor::zeros(DType::kFloat32, {});
   t.data<float>()[0] = v;
@@ -69,6 +80,41 @@ class GraphBuilder {
  private:
   graph::Graph graph_;
 };
+
+// The token-wise part of a transformer encoder layer in miniature, x [batch, 128, 24]: an FFN of
+// two 90%-pruned linear layers (bias and Relu fused into the first, whose output only the second
+// reads; bias and the residual x into the second), a layer norm (also a graph output, read after
+// the column), a dense linear layer with two residual Adds (the kernel fuses one: both run
+// after it), a scale per feature, a softmax over the features; then an attention-like product of
+// two activations (every token reads every other: it ends the column) and a softmax over its 128
+// columns.
+inline graph::Graph token_net() {
+  constexpr int64_t kFeatures = 24, kHidden = 40;
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 128, kFeatures});
+  auto linear = [&](int in, Tensor w, const std::string& name) {
+    return b.node("MatMul", {in, b.constant(name, std::move(w))});
+  };
+  const int up =
+      b.node("Relu", {b.node("Add", {linear(x, pruned_tensor({kFeatures, kHidden}, 1, 0.9), "w1"),
+                                     b.constant("b1", random_tensor({kHidden}, 2))})});
+  const int down =
+      b.node("Add", {b.node("Add", {linear(up, pruned_tensor({kHidden, kFeatures}, 3, 0.9), "w2"),
+                                    b.constant("b2", random_tensor({kFeatures}, 4))}),
+                     x});
+  const int norm = b.node("LayerNormalization",
+                          {down, b.constant("gamma", random_tensor({kFeatures}, 5)),
+                           b.constant("beta", random_tensor({kFeatures}, 6))},
+                          {{"axis", int64_t{-1}}, {"epsilon", 1e-5f}});
+  const int dense = b.node(
+      "Add",
+      {b.node("Add", {linear(norm, random_tensor({kFeatures, kFeatures}, 7), "w3"), x}), down});
+  const int scaled = b.node("Mul", {dense, b.constant("scale", random_tensor({kFeatures}, 8))});
+  const int probs = b.node("Softmax", {scaled}, {{"axis", int64_t{-1}}});
+  const int keys = b.node("Transpose", {norm}, {{"perm", std::vector<int64_t>{0, 2, 1}}});
+  const int scores = b.node("Softmax", {b.node("MatMul", {probs, keys})}, {{"axis", int64_t{-1}}});
+  return b.finish({scores, norm});
+}
 
 // Runs `graph` on the reference executor with the given inputs (shapes fixed from them).
 inline NamedTensors run_reference(const graph::Graph& graph, const NamedTensors& inputs) {

@@ -224,7 +224,7 @@ TEST(Partition, ColumnsNeverCrossWholeTensorOps) {
   // With a roomy budget everything from the stem to the pool (the residual block's skip
   // connection inside) forms one column; the conv after the GAP, alone, runs whole.
   ASSERT_EQ(plan.columns.size(), 1u) << plan::describe_plan(g, plan);
-  EXPECT_EQ(plan.why_whole.back(), "a column of one op keeps nothing in cache");
+  EXPECT_EQ(plan.why_whole.back(), "no column from here keeps an intermediate in cache");
   EXPECT_EQ(plan.columns[0].ops.front().node, 0);
   EXPECT_EQ(g.nodes[static_cast<std::size_t>(plan.columns[0].ops.back().node)].op_type, "MaxPool");
   EXPECT_LT(plan.depthwise_bytes, plan.layerwise_bytes);
@@ -361,6 +361,90 @@ TEST(TileOps, SparseConvStreamsItsNonZerosAndNeedsNoIm2col) {
   // each 12 wide.
   EXPECT_EQ(dense->scratch_bytes_per_row, 32 * 9 * 10 * 4);
   EXPECT_EQ(sparse->scratch_bytes_per_row, (32 + 32) * 12 * 4);
+}
+
+// Token sequences: a linear layer (a constant weight) and a layer norm or softmax over the
+// features map each token to itself; a product of two activations and a transpose read every
+// token, so they need the whole tensor.
+TEST(TileOps, TokenOpsPassTokensThrough) {
+  const graph::Graph g = prepared(token_net(), {2, 128, 24});
+  int linear = 0;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node& node = g.nodes[n];
+    std::string why;
+    const std::optional<plan::TileOp> op = plan::make_tile_op(g, static_cast<int>(n), &why);
+    const graph::Value& b =
+        g.values[static_cast<std::size_t>(node.input(1) < 0 ? 0 : node.input(1))];
+    if (node.op_type == "Transpose") {
+      EXPECT_FALSE(op) << "its output's tokens are the input's features";
+      continue;
+    }
+    if (node.op_type == "MatMul" && !b.constant) {
+      EXPECT_FALSE(op) << node.name;
+      EXPECT_NE(why.find("whole tensor"), std::string::npos) << why;
+      continue;
+    }
+    ASSERT_TRUE(op) << node.name << ": " << why;
+    EXPECT_TRUE(op->tokens);
+    EXPECT_EQ(op->inputs[0].kind, RowMap::Kind::kSame) << node.name;
+    EXPECT_EQ(op->batch, 2);
+    EXPECT_EQ(op->channels, 1);
+    EXPECT_EQ(op->rows, 128);
+    if (node.op_type != "MatMul") continue;
+    // The pruned layers stream their non-zeros (one K block: a row pointer per feature) and
+    // transpose a block of tokens; the dense one streams its weight and packs the tile's tokens.
+    const Tensor& w = *b.constant;
+    const int64_t k = w.dim(0), features = w.dim(1);
+    EXPECT_EQ(op->width, features);
+    const int64_t nnz = w.numel() - std::count(w.data<float>(), w.data<float>() + w.numel(), 0.0f);
+    if (++linear < 3) {
+      EXPECT_TRUE(op->sparse) << node.name;
+      EXPECT_EQ(op->weight_bytes, nnz * 8 + (features + 1) * 4);
+      EXPECT_EQ(op->scratch_bytes_per_row, kernels::sparse_linear_scratch_floats(k) * 4);
+      EXPECT_EQ(op->scratch_cap_bytes, op->scratch_bytes_per_row);
+    } else {
+      EXPECT_FALSE(op->sparse) << node.name;
+      EXPECT_EQ(op->weight_bytes, k * features * 4);
+      EXPECT_EQ(op->scratch_bytes_per_row, k * 4);
+    }
+  }
+  EXPECT_EQ(linear, 3);
+}
+
+// The token ops form one column, ended by the product of two activations; the layer norm, read
+// after it by the transpose, is one of its outputs. The FFN's hidden activation passes between
+// its two sparse layers in feature blocks when every tile holds whole blocks of kSpmmTokenBlock
+// tokens (the chosen whole-sequence tiles, 64-token tiles), never when a tile would cut one.
+TEST(Partition, TokenColumnsPassTheFfnInFeatureBlocks) {
+  const graph::Graph g = prepared(token_net(), {2, 128, 24});
+  for (int64_t rows : {0, 7, 64}) {
+    plan::PlanOptions options;
+    options.cache_budget_bytes = 4 << 20;
+    options.tile_rows = rows;
+    const plan::TilePlan plan = plan::plan_columns(g, options);
+    expect_valid_plan(g, plan);
+    const std::string report = plan::describe_plan(g, plan);
+    ASSERT_EQ(plan.columns.size(), 1u) << report;
+    const plan::Column& c = plan.columns[0];
+    ASSERT_EQ(c.ops.size(), 6u) << report;
+    EXPECT_EQ(c.tile_rows, rows == 0 ? 128 : rows);
+    EXPECT_EQ(c.outputs.size(), 2u) << "the softmax (anchor) and the layer norm";
+    const bool whole_blocks = c.tile_rows % kernels::kSpmmTokenBlock == 0;
+    for (std::size_t i = 0; i < c.ops.size(); ++i) {
+      EXPECT_EQ(c.feature_blocks[i], i == 0 && whole_blocks) << "op " << i << ", " << rows;
+    }
+    EXPECT_EQ(report.find("passed on in feature blocks") != std::string::npos, whole_blocks);
+    EXPECT_NE(report.find("tokens per tile"), std::string::npos) << report;
+    for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+      if (g.nodes[n].op_type == "Transpose") {
+        EXPECT_EQ(plan.column_of[n], -1);
+      }
+      if (g.nodes[n].op_type == "MatMul" && g.nodes[n].input(1) >= 0 &&
+          !g.values[static_cast<std::size_t>(g.nodes[n].input(1))].constant) {
+        EXPECT_EQ(plan.column_of[n], -1) << "a product of two activations";
+      }
+    }
+  }
 }
 
 TEST(Partition, ForcedTileRowsApplyToEveryColumn) {

@@ -12,17 +12,6 @@
 namespace sparsecol::testing {
 namespace {
 
-// A random tensor with each element zeroed with probability `sparsity`.
-Tensor pruned_tensor(std::vector<int64_t> shape, uint32_t seed, double sparsity) {
-  Tensor t = random_tensor(std::move(shape), seed);
-  std::mt19937 rng(seed + 1000);
-  std::bernoulli_distribution zero(sparsity);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (zero(rng)) t.data<float>()[i] = 0.0f;
-  }
-  return t;
-}
-
 std::unique_ptr<runtime::Executor> layerwise(graph::Graph g, const NamedTensors& inputs,
                                              int threads, double sparse_threshold) {
   std::map<std::string, std::vector<int64_t>> shapes;

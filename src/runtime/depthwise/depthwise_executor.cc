@@ -245,8 +245,19 @@ class DepthwiseExecutor final : public Executor {
     const auto copies = static_cast<std::size_t>(replicas_.replicas());
     auto build = [&](std::size_t copy) {
       for (ColumnRun& run : columns_) {
-        for (const plan::TileOp& op : run.column->ops) {
-          run.kernels[copy].push_back(depthwise::make_tile_kernel(graph_, op, options_));
+        const plan::Column& c = *run.column;
+        for (std::size_t i = 0; i < c.ops.size(); ++i) {
+          // Input 0 in feature blocks when its producer in the column writes them.
+          const Source& x = run.sources[i][0];
+          const auto blocks = [&](bool b) {
+            return b ? kernels::TokenLayout::kFeatureBlocks : kernels::TokenLayout::kTokenMajor;
+          };
+          const kernels::LinearLayouts layouts{
+              blocks(x.kind == Source::Kind::kTile &&
+                     c.feature_blocks[static_cast<std::size_t>(x.id)]),
+              blocks(c.feature_blocks[i])};
+          run.kernels[copy].push_back(
+              depthwise::make_tile_kernel(graph_, c.ops[i], options_, layouts));
         }
       }
     };
@@ -326,11 +337,13 @@ class DepthwiseExecutor final : public Executor {
     }
   }
 
-  // Image `image` of a value in memory, seen by the row kernels.
+  // Image `image` of a value in memory, seen by the row kernels: the channel planes of an NCHW
+  // image, or one token sequence ([batch, tokens, features] or [tokens, features]: one plane).
   kernels::PlaneView image_view(int v, int64_t image) const {
     Tensor& t = const_cast<Tensor&>(tensors_[index(v)]);
-    const int64_t c = t.dim(1), plane = t.dim(2) * t.dim(3);
-    return {t.data<float>() + image * c * plane, 0, plane};
+    const int64_t per_image = t.numel() / (t.rank() == 2 ? 1 : t.dim(0));
+    const int64_t plane = t.rank() == 4 ? t.dim(2) * t.dim(3) : per_image;
+    return {t.data<float>() + image * per_image, 0, plane};
   }
 
   void run_column(ColumnRun& run) {

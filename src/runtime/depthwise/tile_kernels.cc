@@ -7,7 +7,10 @@
 #include <fmt/format.h>
 
 #include "f32-eltwise/eltwise.h"
+#include "f32-gemm/gemm.h"
+#include "f32-norm/norm.h"
 #include "f32-pool/pool.h"
+#include "f32-spmm/spmm.h"
 #include "graph/op_params.h"
 #include "runtime/kernel_bindings.h"
 
@@ -36,23 +39,41 @@ float* row_at(const kernels::PlaneView& v, int64_t row, int64_t width) {
   return v.data + (row - v.row0) * width;
 }
 
-// The channel planes of a tile seen by the row kernels: one "row" per channel, the tile's rows
-// of that channel being contiguous in NCHW (kernels/f32-eltwise's RowOperand).
-kernels::RowOperand plane_operand(const kernels::PlaneView& v, const TileArgs& args,
-                                  int64_t width) {
-  return {row_at(v, args.rows.begin, width), v.plane_stride, 1};
-}
+// How the row kernels (kernels/f32-eltwise's RowOperand, f32-norm) walk a tile of an op's
+// output: an NCHW tile as one row per channel (the tile's rows of a channel plane are
+// contiguous), a token tile as one row per token (its features).
+struct RowWalk {
+  bool tokens = false;
+  int64_t channels = 0, width = 0;
+
+  explicit RowWalk(const plan::TileOp& op)
+      : tokens(op.tokens), channels(op.channels), width(op.width) {}
+  int64_t count(plan::RowRange rows) const { return tokens ? rows.size() : channels; }
+  int64_t length(plan::RowRange rows) const { return tokens ? width : rows.size() * width; }
+  float* first(const kernels::PlaneView& v, plan::RowRange rows) const {
+    return row_at(v, rows.begin, width);
+  }
+  int64_t stride(const kernels::PlaneView& v) const { return tokens ? width : v.plane_stride; }
+  kernels::RowOperand operand(const kernels::PlaneView& v, plan::RowRange rows) const {
+    return {first(v, rows), stride(v), 1};
+  }
+  // A constant: a scalar, or a vector along the channels (NCHW) or the features (tokens).
+  kernels::RowOperand constant(const float* c, bool vector) const {
+    if (!vector) return {c, 0, 0};
+    return tokens ? kernels::RowOperand{c, 0, 1} : kernels::RowOperand{c, 1, 0};
+  }
+};
 
 // An operand read on a tile: a view of input `input` (same shape as the output), or a constant
-// scalar / per-channel vector.
+// scalar or vector (RowWalk::constant).
 struct Operand {
   int input = -1;  // index into TileArgs::inputs, or -1 for the constant
   const float* constant = nullptr;
-  bool per_channel = false;
+  bool vector = false;
 
-  kernels::RowOperand bind(const TileArgs& args, int64_t width) const {
-    if (input >= 0) return plane_operand(args.inputs[static_cast<std::size_t>(input)], args, width);
-    return {constant, per_channel ? 1 : 0, 0};
+  kernels::RowOperand bind(const TileArgs& args, const RowWalk& walk) const {
+    if (input >= 0) return walk.operand(args.inputs[static_cast<std::size_t>(input)], args.rows);
+    return walk.constant(constant, vector);
   }
 };
 
@@ -64,7 +85,7 @@ Operand operand_of(const graph::Graph& graph, const graph::Node& node, const pla
   } else {
     const int v = node.inputs[input];
     o.constant = constant_data(graph, v);
-    o.per_channel = value_of(graph, v).constant->numel() > 1;
+    o.vector = value_of(graph, v).constant->numel() > 1;
   }
   return o;
 }
@@ -73,8 +94,10 @@ Operand operand_of(const graph::Graph& graph, const graph::Node& node, const pla
 // Used where the kernel cannot fuse it (pooling, element-wise ops, unusual conv epilogues).
 class TileEpilogue {
  public:
-  TileEpilogue() = default;
-  TileEpilogue(const graph::Graph& graph, const graph::Node& node, const plan::TileOp& op) {
+  TileEpilogue(const graph::Graph& graph, const graph::Node& node, const plan::TileOp& op,
+               bool fused)
+      : walk_(op) {
+    if (fused) return;  // the kernel applies it
     for (const graph::EpilogueOp& e : node.epilogue) {
       Step s;
       switch (e.kind) {
@@ -97,16 +120,16 @@ class TileEpilogue {
     }
   }
 
-  void apply(const TileArgs& args, int64_t channels, int64_t width) const {
-    const int64_t n = args.rows.size() * width;
-    float* out = row_at(args.output, args.rows.begin, width);
-    const int64_t ld = args.output.plane_stride;
+  void apply(const TileArgs& args) const {
+    const int64_t count = walk_.count(args.rows), n = walk_.length(args.rows);
+    float* out = walk_.first(args.output, args.rows);
+    const int64_t ld = walk_.stride(args.output);
     for (const Step& s : steps_) {
       if (s.add) {
-        kernels::binary_rows(kernels::BinaryKind::kAdd, {out, ld, 1}, s.add->bind(args, width), out,
-                             ld, channels, n);
+        kernels::binary_rows(kernels::BinaryKind::kAdd, {out, ld, 1}, s.add->bind(args, walk_), out,
+                             ld, count, n);
       } else {
-        kernels::unary_rows(s.unary, out, ld, out, ld, channels, n, s.lo, s.hi);
+        kernels::unary_rows(s.unary, out, ld, out, ld, count, n, s.lo, s.hi);
       }
     }
   }
@@ -117,6 +140,7 @@ class TileEpilogue {
     kernels::UnaryKind unary = kernels::UnaryKind::kRelu;
     float lo = 0.0f, hi = 0.0f;
   };
+  RowWalk walk_;
   std::vector<Step> steps_;
 };
 
@@ -134,40 +158,132 @@ class ConvTile final : public TileKernel {
   ConvTile(const graph::Graph& graph, const graph::Node& node, const plan::TileOp& op,
            double sparse_threshold)
       : conv_(conv_geometry_of(graph, node), constant_data(graph, node.input(1)),
-              constant_data(graph, node.input(2)), sparse_threshold) {
-    // The bias is packed with the weight (the conv kernel adds it per output channel); an Add
-    // fuses as the residual only when its operand is a same-shape tensor on the tile.
-    const std::optional<FusedEpilogue> fused = fuse_epilogue(node, [&](int input) {
-      AddOperandUse use;
-      use.residual = op.inputs[static_cast<std::size_t>(input)].kind == RowMap::Kind::kSame;
-      return use;
-    });
-    if (fused) {
-      fused_ = *fused;
-    } else {
-      generic_ = TileEpilogue(graph, node, op);
-    }
-  }
+              constant_data(graph, node.input(2)), sparse_threshold),
+        // The bias is packed with the weight (the conv kernel adds it per output channel).
+        fused_(plan::fuse_tile_epilogue(graph, op)),
+        generic_(graph, node, op, fused_.has_value()) {}
 
   void run(const TileArgs& args) const override {
     const kernels::ConvGeometry& g = conv_.geometry();
-    kernels::Epilogue ep = fused_.kernel;
+    kernels::Epilogue ep = fused_ ? fused_->kernel : kernels::Epilogue{};
     const kernels::PlaneView* residual = nullptr;
-    if (fused_.residual_input >= 0) {
-      residual = &args.inputs[static_cast<std::size_t>(fused_.residual_input)];
+    if (fused_ && fused_->residual_input >= 0) {
+      residual = &args.inputs[static_cast<std::size_t>(fused_->residual_input)];
       ep.residual = residual->data;
       ep.residual_ld = g.out_w;
     }
     kernels::conv2d_rows(conv_, args.inputs[0], args.output, args.rows.begin, args.rows.end, ep,
                          residual, *args.scratch);
-    generic_.apply(args, g.out_c, g.out_w);
+    generic_.apply(args);
   }
   std::string implementation() const override { return "conv " + conv_.implementation(); }
 
  private:
   kernels::PackedConv conv_;
-  FusedEpilogue fused_;
+  std::optional<FusedEpilogue> fused_;
   TileEpilogue generic_;  // empty when the kernel fuses the epilogue
+};
+
+// ---- Linear layers: a MatMul with a constant [K, N] weight on a tile of tokens ----
+
+class LinearTile final : public TileKernel {
+ public:
+  LinearTile(const graph::Graph& graph, const graph::Node& node, const plan::TileOp& op,
+             kernels::LinearLayouts layouts)
+      : k_(dims_of(graph, node.input(1))[0]),
+        n_(op.width),
+        layouts_(layouts),
+        fused_(plan::fuse_tile_epilogue(graph, op)),
+        generic_(graph, node, op, fused_.has_value()) {
+    // The planner's choice (plan::make_tile_op), the layer-by-layer steps' rule.
+    const float* w = constant_data(graph, node.input(1));
+    if (op.sparse) {
+      sparse_.emplace(w, k_, n_, n_, 1);
+    } else {
+      dense_.emplace(w, k_, n_, n_);
+    }
+  }
+
+  void run(const TileArgs& args) const override {
+    // A tile's first token starts a feature block (plan::Column::feature_blocks).
+    const int64_t tokens = args.rows.size();
+    const kernels::PlaneView& in = args.inputs[0];
+    const float* x =
+        in.data + kernels::token_feature_offset(layouts_.x, args.rows.begin - in.row0, 0, k_);
+    float* y = args.output.data +
+               kernels::token_feature_offset(layouts_.y, args.rows.begin - args.output.row0, 0, n_);
+    kernels::Epilogue ep = fused_ ? fused_->kernel : kernels::Epilogue{};
+    if (fused_ && fused_->residual_input >= 0) {
+      ep.residual = row_at(args.inputs[static_cast<std::size_t>(fused_->residual_input)],
+                           args.rows.begin, n_);
+      ep.residual_ld = n_;
+    }
+    if (sparse_) {
+      kernels::sparse_linear(*sparse_, x, k_, tokens, 0, n_, y, n_, ep, *args.scratch,
+                             kernels::active_isa(), layouts_);
+    } else {
+      kernels::gemm_packed_b({tokens, n_, k_}, x, k_, *dense_, 0, y, n_, ep, *args.scratch);
+    }
+    generic_.apply(args);
+  }
+  std::string implementation() const override {
+    const bool x = layouts_.x == kernels::TokenLayout::kFeatureBlocks;
+    const bool y = layouts_.y == kernels::TokenLayout::kFeatureBlocks;
+    return fmt::format("matmul {}/{}{}", sparse_ ? "spmm" : "gemm",
+                       kernels::to_string(kernels::active_isa()),
+                       x && y ? " (input and output in feature blocks)"
+                       : x    ? " (input in feature blocks)"
+                       : y    ? " (output in feature blocks)"
+                              : "");
+  }
+
+ private:
+  int64_t k_, n_;
+  kernels::LinearLayouts layouts_;  // feature blocks only between two sparse layers
+  std::optional<kernels::SparseLinear> sparse_;
+  std::optional<kernels::PackedB> dense_;
+  std::optional<FusedEpilogue> fused_;
+  TileEpilogue generic_;  // empty when the kernel fuses the epilogue
+};
+
+// ---- Per-token rows: LayerNormalization, Softmax over the features ----
+
+class TokenRowsTile final : public TileKernel {
+ public:
+  TokenRowsTile(const graph::Graph& graph, const graph::Node& node, const plan::TileOp& op)
+      : n_(op.width), epilogue_(graph, node, op, /*fused=*/false) {
+    if (node.op_type == "LayerNormalization") {
+      const float* scale = constant_data(graph, node.input(1));
+      const float* bias = constant_data(graph, node.input(2));
+      gamma_.assign(scale, scale + n_);
+      if (bias != nullptr) beta_.assign(bias, bias + n_);
+      epsilon_ = graph::parse_layer_norm(graph, node, dims_of(graph, node.input(0)),
+                                         dims_of(graph, node.input(1)), std::nullopt)
+                     .epsilon;
+    }
+  }
+
+  void run(const TileArgs& args) const override {
+    const float* x = row_at(args.inputs[0], args.rows.begin, n_);
+    float* y = row_at(args.output, args.rows.begin, n_);
+    if (gamma_.empty()) {
+      kernels::softmax_rows(x, n_, y, n_, args.rows.size(), n_);
+    } else {
+      kernels::layer_norm_rows(x, n_, y, n_, args.rows.size(), n_, gamma_.data(),
+                               beta_.empty() ? nullptr : beta_.data(), epsilon_);
+    }
+    epilogue_.apply(args);
+  }
+  std::string implementation() const override {
+    return fmt::format("{}-rows/{}", gamma_.empty() ? "softmax" : "layer-norm",
+                       kernels::to_string(kernels::active_isa()));
+  }
+
+ private:
+  int64_t n_;
+  std::vector<float> gamma_, beta_;  // empty gamma: softmax
+  float epsilon_ = 0.0f;
+  TileEpilogue epilogue_;
 };
 
 // ---- Pooling ----
@@ -177,12 +293,12 @@ class PoolTile final : public TileKernel {
   PoolTile(const graph::Graph& graph, const graph::Node& node, const plan::TileOp& op)
       : kind_(pool_kind(node)),
         g_(pool_geometry(graph::parse_pool(graph, node, dims_of(graph, node.input(0))))),
-        epilogue_(graph, node, op) {}
+        epilogue_(graph, node, op, /*fused=*/false) {}
 
   void run(const TileArgs& args) const override {
     kernels::pool2d_rows(kind_, g_, args.inputs[0], args.output, args.rows.begin, args.rows.end,
                          *args.scratch);
-    epilogue_.apply(args, g_.channels, g_.out_w);
+    epilogue_.apply(args);
   }
   std::string implementation() const override { return pool_rows_implementation(kind_); }
 
@@ -197,7 +313,7 @@ class PoolTile final : public TileKernel {
 class EltwiseTile final : public TileKernel {
  public:
   EltwiseTile(const graph::Graph& graph, const graph::Node& node, const plan::TileOp& op)
-      : channels_(op.channels), width_(op.width), epilogue_(graph, node, op) {
+      : walk_(op), epilogue_(graph, node, op, /*fused=*/false) {
     binary_ = binary_kind(node.op_type);
     unary_ = unary_kind(node.op_type);
     if (binary_) {
@@ -218,17 +334,16 @@ class EltwiseTile final : public TileKernel {
   }
 
   void run(const TileArgs& args) const override {
-    const int64_t n = args.rows.size() * width_;
-    float* out = row_at(args.output, args.rows.begin, width_);
-    const int64_t ld = args.output.plane_stride;
+    const int64_t count = walk_.count(args.rows), n = walk_.length(args.rows);
+    float* out = walk_.first(args.output, args.rows);
+    const int64_t ld = walk_.stride(args.output);
     if (binary_) {
-      kernels::binary_rows(*binary_, a_.bind(args, width_), b_.bind(args, width_), out, ld,
-                           channels_, n);
+      kernels::binary_rows(*binary_, a_.bind(args, walk_), b_.bind(args, walk_), out, ld, count, n);
     } else {
-      const kernels::RowOperand src = plane_operand(args.inputs[0], args, width_);
-      kernels::unary_rows(*unary_, src.data, src.row_stride, out, ld, channels_, n, lo_, hi_);
+      const kernels::RowOperand src = walk_.operand(args.inputs[0], args.rows);
+      kernels::unary_rows(*unary_, src.data, src.row_stride, out, ld, count, n, lo_, hi_);
     }
-    epilogue_.apply(args, channels_, width_);
+    epilogue_.apply(args);
   }
   std::string implementation() const override {
     return fmt::format("{}-{}-rows/{}", binary_ ? "binary" : "unary", name_,
@@ -236,7 +351,7 @@ class EltwiseTile final : public TileKernel {
   }
 
  private:
-  int64_t channels_, width_;
+  RowWalk walk_;
   std::optional<kernels::BinaryKind> binary_;
   std::optional<kernels::UnaryKind> unary_;
   Operand a_, b_;
@@ -248,13 +363,18 @@ class EltwiseTile final : public TileKernel {
 }  // namespace
 
 std::unique_ptr<TileKernel> make_tile_kernel(const graph::Graph& graph, const plan::TileOp& op,
-                                             const Options& options) {
+                                             const Options& options,
+                                             kernels::LinearLayouts layouts) {
   const graph::Node& node = graph.nodes[static_cast<std::size_t>(op.node)];
   if (node.op_type == "Conv") {
     return std::make_unique<ConvTile>(graph, node, op, options.sparse_threshold);
   }
   if (node.op_type == "MaxPool" || node.op_type == "AveragePool") {
     return std::make_unique<PoolTile>(graph, node, op);
+  }
+  if (node.op_type == "MatMul") return std::make_unique<LinearTile>(graph, node, op, layouts);
+  if (node.op_type == "LayerNormalization" || node.op_type == "Softmax") {
+    return std::make_unique<TokenRowsTile>(graph, node, op);
   }
   return std::make_unique<EltwiseTile>(graph, node, op);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "f32-conv/conv.h"
+#include "f32-spmm/spmm.h"
 #include "graph/graph.h"
 #include "plan/tile_plan.h"
 #include "sparsecol/sparsecol.h"
@@ -32,9 +33,11 @@ class TileKernel {
 };
 
 // The kernel of a tile op (plan::make_tile_op accepted it), with the user's options (a Conv's
-// weight is packed for the sparse kernels at options.sparse_threshold, as layer by layer).
-// Throws Error(kInternal) if the node is not one the planner tiles.
+// weight is packed for the sparse kernels at options.sparse_threshold, as layer by layer), and
+// for a sparse MatMul the layouts of its input and output tile buffers
+// (plan::Column::feature_blocks). Throws Error(kInternal) if the node is not one the planner tiles.
 std::unique_ptr<TileKernel> make_tile_kernel(const graph::Graph& graph, const plan::TileOp& op,
-                                             const Options& options);
+                                             const Options& options,
+                                             kernels::LinearLayouts layouts = {});
 
 }  // namespace sparsecol::runtime::depthwise
