@@ -59,6 +59,7 @@ std::vector<std::string> default_schedules() {
 
 struct BenchArgs {
   std::string model;
+  EngineTuning tuning;  // the same for every path
   std::vector<std::string> schedules = default_schedules();
   std::vector<int64_t> batches = {1};
   std::vector<int> threads = {0};
@@ -447,6 +448,7 @@ int bench(const BenchArgs& args) {
         options.schedule = spec.schedule;
         if (spec.tile_reuse) options.tile_reuse = *spec.tile_reuse;
         options.threads = threads;
+        args.tuning.apply_to(options);
         state.engine.emplace(Engine::load(args.model, options));
         state.session.emplace(state.engine->session());
       } catch (const Error& e) {
@@ -577,6 +579,7 @@ CommandAction setup(CLI::App& app) {
                "exit 2 when a path fails or its outputs disagree with the baseline's")
       ->capture_default_str();
   app.add_flag("-q,--quiet", args->quiet, "no progress lines on stderr")->capture_default_str();
+  args->tuning.add_to(app);
   return [args] { return bench(*args); };
 }
 

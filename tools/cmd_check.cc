@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 
 struct CheckArgs {
   std::string model;
+  EngineTuning tuning;
   std::string dir;
   // ONNX's backend test runner uses rtol 1e-3 and atol 1e-7; atol is 1e-5 here because the
   // expected outputs are often computed in float64 by numpy and ours in float32, so values that
@@ -109,6 +110,7 @@ int check(const CheckArgs& args) {
   Options options;
   options.schedule = parse_schedule(args.schedule);
   options.threads = args.threads;
+  args.tuning.apply_to(options);
   const Engine engine = Engine::load(args.model, options);
   Session session = engine.session();
 
@@ -174,6 +176,7 @@ CommandAction setup(CLI::App& app) {
   app.footer(
       "Exit code 0 when every output passes, 4 when one does not, 2 when the model or a test "
       "file cannot be read or run.");
+  args->tuning.add_to(app);
   return [args] { return check(*args); };
 }
 

@@ -18,6 +18,7 @@ namespace {
 
 struct InspectArgs {
   std::string model;
+  EngineTuning tuning;
   std::string schedule = "layerwise";
   int64_t batch = 1;
   bool plan = false;
@@ -90,16 +91,7 @@ CommandAction setup(CLI::App& app) {
   app.add_option("MODEL", args->model, "the .onnx model")->required();
   app.add_option("--schedule", args->schedule,
                  "the schedule whose layers are shown (its fused ops, formats and kernels)")
-      ->check(CLI::Validator(
-          [](std::string& name) {
-            try {
-              parse_schedule(name);
-              return std::string();
-            } catch (const Error& e) {
-              return std::string(e.what());
-            }
-          },
-          "SCHEDULE"))
+      ->check(schedule_validator())
       ->capture_default_str();
   app.add_option("-b,--batch", args->batch, "batch size the layer shapes are computed for")
       ->check(at_least(1))
@@ -108,9 +100,11 @@ CommandAction setup(CLI::App& app) {
                "also print the depth-wise plan: columns, tile sizes, working sets, halo overhead, "
                "bytes kept in cache")
       ->capture_default_str();
+  args->tuning.add_to(app);
   return [args] {
     Options options;
     options.schedule = parse_schedule(args->schedule);
+    args->tuning.apply_to(options);
     const Engine engine = Engine::load(args->model, options);
     fmt::print("{}\n", engine.describe());
     print_layers(engine, *args);

@@ -70,6 +70,7 @@ class InterruptHandler {
 
 struct RunArgs {
   std::string model;
+  EngineTuning tuning;
   std::vector<std::string> inputs;
   std::string output;
   std::vector<std::string> outputs;
@@ -240,6 +241,7 @@ int run(const RunArgs& args) {
   Options options;
   options.schedule = parse_schedule(args.schedule);
   options.threads = args.threads;
+  args.tuning.apply_to(options);
   const Engine engine = Engine::load(args.model, options);
   const std::vector<BoundInput> inputs =
       bind_inputs(engine.inputs(), args.inputs, /*require_all=*/true);
@@ -368,6 +370,7 @@ CommandAction setup(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("-q,--quiet", args->quiet, "no progress and no summary on stderr")
       ->capture_default_str();
+  args->tuning.add_to(app);
   return [args] { return run(*args); };
 }
 

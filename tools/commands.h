@@ -23,6 +23,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "sparsecol/sparsecol.h"
+
 namespace sparsecol::cli {
 
 // Exit codes, documented in `sparsecol --help`.
@@ -67,6 +69,17 @@ CLI::Validator parse_validator(std::function<void(const std::string&)> parse,
 // A CLI11 check that a --schedule value is one that sparsecol::parse_schedule accepts; its
 // message lists them. (Whether the schedule is built and usable here is the Engine's to say.)
 CLI::Validator schedule_validator();
+
+// The engine settings `run`, `bench`, `check` and `inspect` let a user override (the fields of
+// sparsecol::Options they map to); the defaults leave the engine's own choices.
+struct EngineTuning {
+  double sparse_threshold = -1.0;  // Options::sparse_threshold; negative: the measured default
+  int64_t cache_budget_kib = 0;    // Options::cache_budget_bytes / 1024; 0: the machine's L2
+  int tile_rows = 0;               // Options::tile_rows; 0: chosen per column
+
+  void add_to(CLI::App& app);
+  void apply_to(Options& options) const;
+};
 
 // "850 us", "12.5 ms", "3.25 s", "4m05s", "1h02m".
 std::string format_duration(double seconds);

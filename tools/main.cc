@@ -92,6 +92,31 @@ void write_text_file(const std::string& path, const std::string& text) {
   }
 }
 
+void EngineTuning::add_to(CLI::App& app) {
+  app.add_option("--sparse-threshold", sparse_threshold,
+                 "Conv, Gemm and MatMul weights with at least this fraction of exact zeros run "
+                 "through the sparse kernels (negative: the default measured for this machine "
+                 "class; above 1: never)")
+      ->capture_default_str();
+  app.add_option("--cache-budget", cache_budget_kib,
+                 "depth-wise schedule: the KiB of cache a column's working set must fit, per core "
+                 "(0: the L2 that hwloc reports, with the shared L3 as a second tier; a budget "
+                 "given here is the only tier)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--tile-rows", tile_rows,
+                 "depth-wise schedule: the tile height of every column, in output rows (tokens "
+                 "for a transformer's columns) (0: chosen per column from the cache budget)")
+      ->check(at_least(0))
+      ->capture_default_str();
+}
+
+void EngineTuning::apply_to(Options& options) const {
+  options.sparse_threshold = sparse_threshold;
+  options.cache_budget_bytes = cache_budget_kib * 1024;
+  options.tile_rows = tile_rows;
+}
+
 CLI::Validator at_least(int64_t minimum) {
   return CLI::Validator(
       [minimum](std::string& text) {

@@ -76,11 +76,12 @@ std::optional<RowMap> operand_map(const graph::Graph& graph, int operand, const 
   if (!d || !is_f32(graph, operand)) return std::nullopt;
   if (is_constant(graph, operand)) {
     const int64_t n = numel(*d);
+    if (n == 1) return RowMap{};  // a scalar, of any rank
     const bool along_axis =
-        graph::broadcasts_to(*d, out) &&
+        !d->empty() && graph::broadcasts_to(*d, out) &&
         (tokens ? n == out.back() && d->back() == n
                 : n == out[1] && d->size() >= 3 && (*d)[d->size() - 3] == out[1]);
-    if (n == 1 || along_axis) return RowMap{};
+    if (along_axis) return RowMap{};
     return std::nullopt;
   }
   if (*d == out) return RowMap{RowMap::Kind::kSame};
@@ -436,9 +437,16 @@ std::string kib(int64_t bytes) {
   return fmt::format("{:.1f} KiB", bytes / 1024.0);
 }
 
-// Why a tileable op runs whole: `alone_fits` when a column of it alone was possible.
-std::string whole_reason(const TileOp& op, bool alone_fits, const PlanOptions& options) {
-  if (alone_fits) return "no column from here keeps an intermediate in cache";
+// Why a tileable op runs whole, `best` being the column from it the planner found, if any.
+std::string whole_reason(const TileOp& op, const std::optional<Column>& best,
+                         const PlanOptions& options) {
+  if (best && best->ops.size() > 1) {
+    return "its column would keep nothing in cache (every value it computes is read after it)";
+  }
+  if (best) {
+    return "one op alone keeps nothing in cache, and no longer column from here fits the budget "
+           "(or the next op cannot join it)";
+  }
   if (!max_tile_rows(op, options)) {
     return fmt::format("{} threads at batch {} would need tiles under {}", options.threads,
                        op.batch,
@@ -719,7 +727,7 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
     // query projection, whose input the key and value projections read too), keeps nothing in
     // cache: the op runs whole, split across the threads.
     if (!best || best->ops.size() < 2 || best->bytes_in_cache == 0) {
-      plan.why_whole[i] = whole_reason(*tile_ops[i], best.has_value(), options);
+      plan.why_whole[i] = whole_reason(*tile_ops[i], best, options);
       ++i;
       continue;
     }

@@ -1,9 +1,9 @@
 // The ONNX backend node tests (Debian's libonnx-testdata) for every op the engine claims.
 //
 // One test case per folder test_* whose model uses only ops in graph::supported_ops(). A case
-// loads model.onnx with Engine::load and, for each test_data_set_*, feeds input_N.pb to the
-// model's N-th graph input that is not an initializer (or to the input the .pb names), and
-// compares every output with output_N.pb.
+// loads model.onnx with Engine::load, on the reference schedule and on the default (depth-wise)
+// one, and for each test_data_set_* feeds input_N.pb to the model's N-th graph input that is not
+// an initializer (or to the input the .pb names), and compares every output with output_N.pb.
 //
 // Tolerance: floats match when |actual - expected| <= 1e-5 + 1e-3 * |expected|, NaN matches
 // NaN; integers and bools must be equal. ONNX's own runner uses rtol 1e-3 and atol 1e-7; our
@@ -190,6 +190,11 @@ std::string pick_name(const std::string& stored, std::size_t n,
   return n < names.size() ? names[n] : std::string();
 }
 
+void run_schedule(const fs::path& model_path, Schedule schedule,
+                  const std::vector<fs::path>& data_sets,
+                  const std::vector<std::string>& input_names,
+                  const std::vector<std::string>& output_names);
+
 void run_case(const fs::path& dir) {
   const std::string name = dir.filename().string();
   if (auto it = skip_list().reasons.find(name); it != skip_list().reasons.end()) {
@@ -209,9 +214,24 @@ void run_case(const fs::path& dir) {
   std::sort(data_sets.begin(), data_sets.end());
   ASSERT_FALSE(data_sets.empty()) << dir << " has no test_data_set_*";
 
+  // The oracle every other path is tested against, and the default path users get (the
+  // depth-wise schedule: tiles where the planner makes columns, the layer-by-layer fast steps
+  // elsewhere, the reference ops where no fast kernel serves).
+  for (Schedule schedule : {Schedule::kReference, Schedule::kDepthWise}) {
+    SCOPED_TRACE(to_string(schedule));
+    run_schedule(model_path, schedule, data_sets, input_names, output_names);
+  }
+}
+
+void run_schedule(const fs::path& model_path, Schedule schedule,
+                  const std::vector<fs::path>& data_sets,
+                  const std::vector<std::string>& input_names,
+                  const std::vector<std::string>& output_names) {
   std::optional<Engine> engine;
   try {
-    engine = Engine::load(model_path.string());
+    Options options;
+    options.schedule = schedule;
+    engine = Engine::load(model_path.string(), options);
   } catch (const Error& e) {
     FAIL() << "Engine::load failed (" << to_string(e.code()) << "): " << e.what();
   }

@@ -284,6 +284,7 @@ TEST_P(CudaModelTest, MatchesReferenceExecutor) {
     GTEST_SKIP() << path << " or " << input << " not exported (ctest -R export_models)";
   }
   Options reference_options;
+  reference_options.schedule = Schedule::kReference;
   Engine reference = Engine::load(path, reference_options);
   Options cuda_options;
   cuda_options.schedule = GetParam().schedule;

@@ -290,7 +290,8 @@ TEST(OneDnnTest, PublicApiRunsTheOneDnnSchedule) {
   options.schedule = Schedule::kOneDnn;
   options.threads = 2;
   Engine onednn = Engine::load(path, options);
-  Engine reference = Engine::load(path);
+  options.schedule = Schedule::kReference;
+  Engine reference = Engine::load(path, options);
   const Tensor x = random_tensor({5, 4}, 1, -3.0f, 3.0f);
   const Tensor got = onednn.session().run({{"x", x}}).at("y");
   const Tensor want = reference.session().run({{"x", x}}).at("y");

@@ -224,7 +224,8 @@ TEST(Partition, ColumnsNeverCrossWholeTensorOps) {
   // With a roomy budget everything from the stem to the pool (the residual block's skip
   // connection inside) forms one column; the conv after the GAP, alone, runs whole.
   ASSERT_EQ(plan.columns.size(), 1u) << plan::describe_plan(g, plan);
-  EXPECT_EQ(plan.why_whole.back(), "no column from here keeps an intermediate in cache");
+  EXPECT_EQ(plan.why_whole.back().rfind("one op alone keeps nothing in cache", 0), 0u)
+      << plan.why_whole.back();
   EXPECT_EQ(plan.columns[0].ops.front().node, 0);
   EXPECT_EQ(g.nodes[static_cast<std::size_t>(plan.columns[0].ops.back().node)].op_type, "MaxPool");
   EXPECT_LT(plan.depthwise_bytes, plan.layerwise_bytes);
@@ -409,6 +410,39 @@ TEST(TileOps, TokenOpsPassTokensThrough) {
     }
   }
   EXPECT_EQ(linear, 3);
+}
+
+// A scalar constant (rank 0) against a sequence one feature wide: broadcast, read on no tile.
+// (The per-feature test once read the last dimension of the scalar's empty shape.)
+TEST(TileOps, ScalarOperandOfAOneFeatureSequence) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 1});
+  const int y = b.node("Relu", {b.node("Mul", {x, b.constant("two", scalar(2.0f))})});
+  const graph::Graph g = prepared(b.finish({y}), {5, 1});
+  std::string why;
+  const std::optional<plan::TileOp> op = plan::make_tile_op(g, 0, &why);
+  ASSERT_TRUE(op) << why;
+  EXPECT_TRUE(op->tokens);
+  EXPECT_EQ(op->width, 1);
+  EXPECT_EQ(op->rows, 5);
+  EXPECT_EQ(op->inputs[0].kind, RowMap::Kind::kSame);
+  EXPECT_EQ(op->inputs[1].kind, RowMap::Kind::kNone);
+}
+
+// Two ops whose values are both read after them (the first is also a graph output) would keep
+// nothing in cache as a column: they run whole, and the report says why.
+TEST(Partition, ColumnsThatKeepNothingInCacheRunWhole) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 64, 16});
+  const int y = b.node("MatMul", {x, b.constant("w", random_tensor({16, 16}, 1))});
+  const int z = b.node("Relu", {y});
+  const graph::Graph g = prepared(b.finish({z, y}), {2, 64, 16});
+  plan::PlanOptions options;
+  options.cache_budget_bytes = 1 << 20;
+  const plan::TilePlan plan = plan::plan_columns(g, options);
+  EXPECT_TRUE(plan.columns.empty()) << plan::describe_plan(g, plan);
+  EXPECT_EQ(plan.why_whole[0].rfind("its column would keep nothing in cache", 0), 0u)
+      << plan.why_whole[0];
 }
 
 // The token ops form one column, ended by the product of two activations; the layer norm, read
