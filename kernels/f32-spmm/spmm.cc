@@ -202,6 +202,15 @@ int64_t SparseLinear::packed_bytes() const {
 // when it is transposed out: a whole block of BERT's 3072-feature layer (768 KiB) was not.
 constexpr int64_t kFeatureChunk = 256;
 
+std::string describe(LinearLayouts layouts) {
+  const bool x = layouts.x == TokenLayout::kFeatureBlocks;
+  const bool y = layouts.y == TokenLayout::kFeatureBlocks;
+  if (!x && !y) return "";
+  return fmt::format(" ({} in feature blocks)", x && y ? "input and output"
+                                                : x    ? "input"
+                                                       : "output");
+}
+
 int64_t sparse_linear_scratch_floats(int64_t depth) {
   return (depth + kFeatureChunk) * kSpmmTokenBlock;
 }

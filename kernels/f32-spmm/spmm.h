@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "epilogue.h"
@@ -225,6 +226,9 @@ enum class TokenLayout { kTokenMajor, kFeatureBlocks };
 struct LinearLayouts {
   TokenLayout x = TokenLayout::kTokenMajor, y = TokenLayout::kTokenMajor;
 };
+// What an implementation string adds for `layouts`: "" when both are token-major, else e.g.
+// " (input in feature blocks)".
+std::string describe(LinearLayouts layouts);
 
 // The element offset of (token t, feature f) in an activation of `ld` features per token. In
 // feature blocks every block holds kSpmmTokenBlock tokens' room, the last one too (the kernel

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "f32-norm/norm.h"
+
 namespace sparsecol::runtime {
 
 namespace {
@@ -108,6 +110,35 @@ kernels::Activation to_activation(graph::EpilogueOp::Kind kind) {
       break;
   }
   return kernels::Activation::kNone;
+}
+
+RowNormalization::RowNormalization(const graph::Graph& graph, const graph::Node& node, int64_t n)
+    : n_(n) {
+  if (node.op_type != "LayerNormalization") return;
+  auto constant = [&](int id) -> const Tensor* {
+    return id >= 0 ? &*graph.values[static_cast<std::size_t>(id)].constant : nullptr;
+  };
+  const Tensor* scale = constant(node.input(1));
+  const Tensor* bias = constant(node.input(2));
+  gamma_.assign(scale->data<float>(), scale->data<float>() + n);
+  if (bias != nullptr) beta_.assign(bias->data<float>(), bias->data<float>() + n);
+  epsilon_ = graph::parse_layer_norm(graph, node, graph.concrete_dims(node.input(0)),
+                                     scale->shape(), std::nullopt)
+                 .epsilon;
+}
+
+void RowNormalization::run(const float* src, float* dst, int64_t rows) const {
+  if (gamma_.empty()) {
+    kernels::softmax_rows(src, n_, dst, n_, rows, n_);
+  } else {
+    kernels::layer_norm_rows(src, n_, dst, n_, rows, n_, gamma_.data(),
+                             beta_.empty() ? nullptr : beta_.data(), epsilon_);
+  }
+}
+
+std::string RowNormalization::implementation() const {
+  return fmt::format("{}-rows/{}", gamma_.empty() ? "softmax" : "layer-norm",
+                     kernels::to_string(kernels::active_isa()));
 }
 
 std::optional<FusedEpilogue> fuse_epilogue(const graph::Node& node, const AddOperandJudge& judge) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "epilogue.h"
 #include "f32-conv/conv.h"
@@ -36,6 +37,23 @@ struct ClipBounds {
   float lo, hi;
 };
 std::optional<ClipBounds> clip_bounds(const graph::Graph& graph, const graph::Node& node);
+
+// Softmax over the last axis, or LayerNormalization over the last axis with constant scale and
+// bias of its length (each caller checked the node), bound to the row kernels (kernels/f32-norm):
+// the layer-by-layer step runs blocks of rows, a token tile its tokens.
+class RowNormalization {
+ public:
+  // `n`: the last axis's length, the floats of one row.
+  RowNormalization(const graph::Graph& graph, const graph::Node& node, int64_t n);
+  // `rows` rows of n floats each, n apart, from src to dst.
+  void run(const float* src, float* dst, int64_t rows) const;
+  std::string implementation() const;  // e.g. "layer-norm-rows/avx2"
+
+ private:
+  int64_t n_;
+  std::vector<float> gamma_, beta_;  // empty gamma_: softmax
+  float epsilon_ = 0.0f;
+};
 
 // The kernels' activation of an epilogue op (kNone for kAdd).
 kernels::Activation to_activation(graph::EpilogueOp::Kind kind);

@@ -8,7 +8,6 @@
 
 #include "f32-eltwise/eltwise.h"
 #include "f32-gemm/gemm.h"
-#include "f32-norm/norm.h"
 #include "f32-pool/pool.h"
 #include "f32-spmm/spmm.h"
 #include "graph/op_params.h"
@@ -227,14 +226,8 @@ class LinearTile final : public TileKernel {
     generic_.apply(args);
   }
   std::string implementation() const override {
-    const bool x = layouts_.x == kernels::TokenLayout::kFeatureBlocks;
-    const bool y = layouts_.y == kernels::TokenLayout::kFeatureBlocks;
     return fmt::format("matmul {}/{}{}", sparse_ ? "spmm" : "gemm",
-                       kernels::to_string(kernels::active_isa()),
-                       x && y ? " (input and output in feature blocks)"
-                       : x    ? " (input in feature blocks)"
-                       : y    ? " (output in feature blocks)"
-                              : "");
+                       kernels::to_string(kernels::active_isa()), kernels::describe(layouts_));
   }
 
  private:
@@ -251,38 +244,18 @@ class LinearTile final : public TileKernel {
 class TokenRowsTile final : public TileKernel {
  public:
   TokenRowsTile(const graph::Graph& graph, const graph::Node& node, const plan::TileOp& op)
-      : n_(op.width), epilogue_(graph, node, op, /*fused=*/false) {
-    if (node.op_type == "LayerNormalization") {
-      const float* scale = constant_data(graph, node.input(1));
-      const float* bias = constant_data(graph, node.input(2));
-      gamma_.assign(scale, scale + n_);
-      if (bias != nullptr) beta_.assign(bias, bias + n_);
-      epsilon_ = graph::parse_layer_norm(graph, node, dims_of(graph, node.input(0)),
-                                         dims_of(graph, node.input(1)), std::nullopt)
-                     .epsilon;
-    }
-  }
+      : n_(op.width), kernel_(graph, node, n_), epilogue_(graph, node, op, /*fused=*/false) {}
 
   void run(const TileArgs& args) const override {
-    const float* x = row_at(args.inputs[0], args.rows.begin, n_);
-    float* y = row_at(args.output, args.rows.begin, n_);
-    if (gamma_.empty()) {
-      kernels::softmax_rows(x, n_, y, n_, args.rows.size(), n_);
-    } else {
-      kernels::layer_norm_rows(x, n_, y, n_, args.rows.size(), n_, gamma_.data(),
-                               beta_.empty() ? nullptr : beta_.data(), epsilon_);
-    }
+    kernel_.run(row_at(args.inputs[0], args.rows.begin, n_),
+                row_at(args.output, args.rows.begin, n_), args.rows.size());
     epilogue_.apply(args);
   }
-  std::string implementation() const override {
-    return fmt::format("{}-rows/{}", gamma_.empty() ? "softmax" : "layer-norm",
-                       kernels::to_string(kernels::active_isa()));
-  }
+  std::string implementation() const override { return kernel_.implementation(); }
 
  private:
   int64_t n_;
-  std::vector<float> gamma_, beta_;  // empty gamma: softmax
-  float epsilon_ = 0.0f;
+  RowNormalization kernel_;
   TileEpilogue epilogue_;
 };
 

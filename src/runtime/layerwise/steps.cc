@@ -357,7 +357,7 @@ class SparseLinearStep final : public FastStep {
                    const char* what)
       : FastStep(graph, node,
                  fmt::format("{} spmm/{}{}", what, kernels::to_string(kernels::active_isa()),
-                             describe_layouts(layouts))),
+                             kernels::describe(layouts))),
         weight_(std::move(w)),
         tokens_(tokens),
         epilogue_(epilogue),
@@ -400,15 +400,6 @@ class SparseLinearStep final : public FastStep {
   }
 
  private:
-  static std::string describe_layouts(kernels::LinearLayouts layouts) {
-    const bool x = layouts.x == kernels::TokenLayout::kFeatureBlocks;
-    const bool y = layouts.y == kernels::TokenLayout::kFeatureBlocks;
-    if (!x && !y) return "";
-    return fmt::format(" ({} in feature blocks)", x && y ? "input and output"
-                                                  : x    ? "input"
-                                                         : "output");
-  }
-
   kernels::SparseLinear weight_;
   int64_t tokens_;
   EpiloguePlan epilogue_;
@@ -580,32 +571,25 @@ std::unique_ptr<Step> make_gemm(const graph::Graph& graph, const graph::Node& no
 
 class RowsStep final : public FastStep {
  public:
-  using Kernel = void (*)(const RowsStep&, const float*, float*, int64_t rows);
-  RowsStep(const graph::Graph& graph, const graph::Node& node, std::string what, int64_t rows,
-           int64_t n, Kernel kernel)
-      : FastStep(graph, node,
-                 fmt::format("{}/{}", what, kernels::to_string(kernels::active_isa()))),
+  RowsStep(const graph::Graph& graph, const graph::Node& node, int64_t rows, int64_t n)
+      : FastStep(graph, node, RowNormalization(graph, node, n).implementation()),
         rows_(rows),
         n_(n),
-        kernel_(kernel) {}
+        kernel_(graph, node, n) {}
 
   void run(RunContext& ctx) override {
     const float* x = input(ctx, 0);
     float* y = output(ctx);
     parallel_for(ctx.threads, ceil_div(rows_, kRowsPerTask), [&](int64_t task, int) {
       const int64_t r0 = task * kRowsPerTask;
-      kernel_(*this, x + r0 * n_, y + r0 * n_, std::min(kRowsPerTask, rows_ - r0));
+      kernel_.run(x + r0 * n_, y + r0 * n_, std::min(kRowsPerTask, rows_ - r0));
     });
     finish(ctx, false);
   }
 
-  int64_t n() const { return n_; }
-  std::vector<float> gamma, beta;  // layer norm
-  float epsilon = 0.0f;
-
  private:
   int64_t rows_, n_;
-  Kernel kernel_;
+  RowNormalization kernel_;
 };
 
 // Only the first output may be used: Mean and InvStdDev of LayerNormalization are not computed
@@ -629,11 +613,7 @@ std::unique_ptr<Step> make_softmax(const graph::Graph& graph, const graph::Node&
   if (!x) return *why_not = "shape unknown", nullptr;
   const graph::SoftmaxParams p = graph::parse_softmax(graph, node, *x);
   if (p.inner != 1) return *why_not = "the axis is not the last one", nullptr;
-  return std::make_unique<RowsStep>(
-      graph, node, "softmax-rows", p.outer, p.axis_size,
-      [](const RowsStep& s, const float* src, float* dst, int64_t rows) {
-        kernels::softmax_rows(src, s.n(), dst, s.n(), rows, s.n());
-      });
+  return std::make_unique<RowsStep>(graph, node, p.outer, p.axis_size);
 }
 
 std::unique_ptr<Step> make_layer_norm(const graph::Graph& graph, const graph::Node& node,
@@ -652,16 +632,7 @@ std::unique_ptr<Step> make_layer_norm(const graph::Graph& graph, const graph::No
   if (scale->numel() != p.inner || (bias != nullptr && bias->numel() != p.inner)) {
     return *why_not = "scale or bias broadcasts within the normalized axes", nullptr;
   }
-  auto step = std::make_unique<RowsStep>(
-      graph, node, "layer-norm-rows", p.outer, p.inner,
-      [](const RowsStep& s, const float* src, float* dst, int64_t rows) {
-        kernels::layer_norm_rows(src, s.n(), dst, s.n(), rows, s.n(), s.gamma.data(),
-                                 s.beta.empty() ? nullptr : s.beta.data(), s.epsilon);
-      });
-  step->gamma.assign(scale->data<float>(), scale->data<float>() + p.inner);
-  if (bias != nullptr) step->beta.assign(bias->data<float>(), bias->data<float>() + p.inner);
-  step->epsilon = p.epsilon;
-  return step;
+  return std::make_unique<RowsStep>(graph, node, p.outer, p.inner);
 }
 
 // ---- Pooling ----
