@@ -5,7 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libdnnl-dev libhwloc-dev hwloc-nox libeigen3-dev
+  libdnnl-dev ocl-icd-opencl-dev  # oneDNN's CMake config requires OpenCL (a Recommends of libdnnl-dev)
+  libhwloc-dev hwloc-nox libeigen3-dev
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   libcli11-dev nlohmann-json3-dev libfmt-dev libzip-dev
   libgtest-dev libgmock-dev libbenchmark-dev
