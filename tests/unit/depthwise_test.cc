@@ -137,6 +137,45 @@ TEST(Depthwise, TokenColumnsMatchReference) {
   expect_matches_reference(token_net(), {{"x", random_tensor({3, 128, 24}, 31)}});
 }
 
+// Where a column boundary cuts the FFN (one sparse layer run whole, the other in a column), the
+// hidden activation between them crosses in memory token-major: the whole step must not write
+// or read it in feature blocks, which the column's tiles do not (found on a 1 MiB L2, where the
+// planner put BERT's FFN down projection in a column and left the up projection whole). The
+// budgets sweep the planner's choices; at least one of them must cut the FFN.
+TEST(Depthwise, FfnCutByAColumnBoundaryMatchesReference) {
+  constexpr int64_t kHidden = 512;  // a hidden tile that outweighs the rest of a column
+  const NamedTensors inputs = {{"x", random_tensor({2, 128, 24}, 32)}};
+  const NamedTensors expected = run_reference(token_net(kHidden), inputs);
+  const graph::Graph g = specialized(token_net(kHidden), inputs);
+  std::vector<int> sparse_linear;  // the FFN's two MatMuls, in order
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node& node = g.nodes[n];
+    if (node.op_type == "MatMul" &&
+        (g.values[static_cast<std::size_t>(node.input(1))].name == "w1" ||
+         g.values[static_cast<std::size_t>(node.input(1))].name == "w2")) {
+      sparse_linear.push_back(static_cast<int>(n));
+    }
+  }
+  ASSERT_EQ(sparse_linear.size(), 2u);
+  int cuts = 0;
+  for (int64_t budget = 4 << 10; budget <= (4 << 20); budget *= 2) {
+    plan::PlanOptions plan_options;
+    plan_options.cache_budget_bytes = budget;
+    const plan::TilePlan plan = plan::plan_columns(g, plan_options);
+    const int first = plan.column_of[static_cast<std::size_t>(sparse_linear[0])];
+    const int second = plan.column_of[static_cast<std::size_t>(sparse_linear[1])];
+    cuts += first != second;
+    Options options;
+    options.cache_budget_bytes = budget;
+    const NamedTensors actual = depthwise(token_net(kHidden), inputs, 2, options)->run(inputs);
+    for (const auto& [name, t] : expected) {
+      EXPECT_LE(max_abs_diff(t, actual.at(name)), 1e-4f * std::max(1.0f, max_abs(t)))
+          << name << ", budget " << budget << ", FFN columns " << first << " and " << second;
+    }
+  }
+  EXPECT_GT(cuts, 0) << "no budget cut the FFN: the case is not exercised";
+}
+
 TEST(Depthwise, StridedSparse1x1MatchesReference) {
   const NamedTensors inputs = {{"x", random_tensor({3, 16, 13, 11}, 26)}};
   // Odd planes: the last gathered row and column are the image's last ones (13 = 6 * 2 + 1).

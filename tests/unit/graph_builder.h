@@ -88,8 +88,9 @@ class GraphBuilder {
 // after it), a scale per feature, a softmax over the features; then an attention-like product of
 // two activations (every token reads every other: it ends the column) and a softmax over its 128
 // columns.
-inline graph::Graph token_net() {
-  constexpr int64_t kFeatures = 24, kHidden = 40;
+inline graph::Graph token_net(int64_t hidden = 40) {
+  constexpr int64_t kFeatures = 24;
+  const int64_t kHidden = hidden;
   GraphBuilder b;
   const int x = b.input("x", {-1, 128, kFeatures});
   auto linear = [&](int in, Tensor w, const std::string& name) {

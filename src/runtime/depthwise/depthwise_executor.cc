@@ -208,7 +208,7 @@ class DepthwiseExecutor final : public Executor {
         root_[index(node.outputs[0])] =
             root_[index(node.input(0))] < 0 ? kNotPlanned : root_[index(node.input(0))];
       } else {
-        unit.step = layerwise::make_fast_step(graph_, node, options_, &why_not);
+        unit.step = layerwise::make_fast_step(graph_, node, options_, &why_not, plan_.column_of);
         if (unit.step == nullptr) unit.step = layerwise::make_reference_step(graph_, node);
       }
       units_.push_back(std::move(unit));

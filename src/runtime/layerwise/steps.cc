@@ -459,8 +459,11 @@ bool runs_sparse_linear(const graph::Graph& graph, const graph::Node& node,
 // tokens fill whole blocks, and the first one's epilogue ends in its kernel (no residual, no
 // activation after it, see kernels::sparse_linear). Then the first writes Y^T as the kernel
 // computes it and the second reads it as its X^T: no transpose out of one and into the other.
-// Both steps ask this of the same value, so they agree on the layout.
-bool passes_in_feature_blocks(const graph::Graph& graph, int v, const Options& options) {
+// Both steps ask this of the same value, so they agree on the layout. Under the depth-wise
+// schedule (`column_of` not empty) a value that a column's op writes or reads stays
+// token-major: the columns' tiles read and write no other layout in memory.
+bool passes_in_feature_blocks(const graph::Graph& graph, int v, const Options& options,
+                              std::span<const int> column_of) {
   if (v < 0 || std::find(graph.outputs.begin(), graph.outputs.end(), v) != graph.outputs.end()) {
     return false;
   }
@@ -472,6 +475,11 @@ bool passes_in_feature_blocks(const graph::Graph& graph, int v, const Options& o
     second = &node;
   }
   if (producer < 0 || second == nullptr) return false;
+  if (!column_of.empty() &&
+      (column_of[static_cast<std::size_t>(producer)] >= 0 ||
+       column_of[static_cast<std::size_t>(second - graph.nodes.data())] >= 0)) {
+    return false;
+  }
   const graph::Node& first = graph.nodes[static_cast<std::size_t>(producer)];
   if (first.outputs[0] != v || std::count(second->inputs.begin(), second->inputs.end(), v) != 1 ||
       second->input(0) != v || !runs_sparse_linear(graph, first, options) ||
@@ -486,7 +494,8 @@ bool passes_in_feature_blocks(const graph::Graph& graph, int v, const Options& o
 }
 
 std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& node,
-                                  const Options& options, std::string* why_not) {
+                                  const Options& options, std::span<const int> column_of,
+                                  std::string* why_not) {
   const std::optional<Dims> a = dims_of(graph, node.input(0)), b = dims_of(graph, node.input(1));
   const std::optional<Dims> y = dims_of(graph, node.output(0));
   if (!a || !b || !y || a->size() < 2 || b->size() < 2) {
@@ -498,10 +507,12 @@ std::unique_ptr<Step> make_matmul(const graph::Graph& graph, const graph::Node& 
   if (runs_sparse_linear(graph, node, options)) {
     using kernels::TokenLayout;
     const kernels::LinearLayouts layouts{
-        passes_in_feature_blocks(graph, node.input(0), options) ? TokenLayout::kFeatureBlocks
-                                                                : TokenLayout::kTokenMajor,
-        passes_in_feature_blocks(graph, node.output(0), options) ? TokenLayout::kFeatureBlocks
-                                                                 : TokenLayout::kTokenMajor};
+        passes_in_feature_blocks(graph, node.input(0), options, column_of)
+            ? TokenLayout::kFeatureBlocks
+            : TokenLayout::kTokenMajor,
+        passes_in_feature_blocks(graph, node.output(0), options, column_of)
+            ? TokenLayout::kFeatureBlocks
+            : TokenLayout::kTokenMajor};
     return std::make_unique<SparseLinearStep>(
         graph, node, kernels::SparseLinear(weight->data<float>(), p.k, p.n, p.n, 1),
         p.m * numel(p.batch), epilogue, layouts, "matmul");
@@ -962,12 +973,12 @@ class ViewStep final : public Step {
 }  // namespace
 
 std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Node& node,
-                                     const Options& options, std::string* why_not) {
+                                     const Options& options, std::string* why_not,
+                                     std::span<const int> column_of) {
   using Factory = std::unique_ptr<Step> (*)(const graph::Graph&, const graph::Node&, const Options&,
                                             std::string*);
   static const std::pair<const char*, Factory> kFactories[] = {
       {"Conv", make_conv},
-      {"MatMul", make_matmul},
       {"Gemm", make_gemm},
       {"Softmax", make_softmax},
       {"Transpose", make_transpose},
@@ -997,6 +1008,8 @@ std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Nod
   if (node.outputs.empty() || !is_f32(graph, node.outputs[0])) {
     return *why_not = "the output is not float32", nullptr;
   }
+  // MatMul alone needs the plan's columns: they decide the layout of its sparse operands.
+  if (node.op_type == "MatMul") return make_matmul(graph, node, options, column_of, why_not);
   for (const auto& [op, factory] : kFactories) {
     if (node.op_type == op) return factory(graph, node, options, why_not);
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,12 @@ class Step {
 
 // The node's fast implementation, or nullptr with `why_not` saying why none serves it. The
 // graph is specialized: every shape is concrete.
-// `options` carries the choices a user may override (the sparse threshold).
+// `options` carries the choices a user may override (the sparse threshold). `column_of`: under
+// the depth-wise schedule, the plan's column of each node (-1: run whole, as this step); empty
+// under the layer-by-layer one. A value that crosses into or out of a column is token-major.
 std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Node& node,
-                                     const Options& options, std::string* why_not);
+                                     const Options& options, std::string* why_not,
+                                     std::span<const int> column_of = {});
 
 // The reference op into preallocated outputs (zero-filled first, as evaluate_node hands them),
 // then the node's epilogue. Throws Error(kUnsupported) when the op has no reference either.
