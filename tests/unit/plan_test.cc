@@ -481,6 +481,33 @@ TEST(Partition, TokenColumnsPassTheFfnInFeatureBlocks) {
   }
 }
 
+// The FFN's second sparse layer starts no column: whole, the two layers pass the hidden
+// activation in feature blocks; a column of the second would read it token-major, transposing
+// it per tile. Swept over budgets, including those where it alone (with what follows) fits.
+TEST(Partition, TheFfnsSecondSparseLayerStartsNoColumn) {
+  const graph::Graph g = prepared(token_net(512), {2, 128, 24});
+  std::vector<std::size_t> ffn;  // its two MatMuls
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node& node = g.nodes[n];
+    if (node.op_type != "MatMul") continue;
+    const std::string& weight = g.values[static_cast<std::size_t>(node.input(1))].name;
+    if (weight == "w1" || weight == "w2") ffn.push_back(n);
+  }
+  ASSERT_EQ(ffn.size(), 2u);
+  int refused = 0;
+  for (int64_t budget = 4 << 10; budget <= (4 << 20); budget *= 2) {
+    plan::PlanOptions options;
+    options.cache_budget_bytes = budget;
+    const plan::TilePlan plan = plan::plan_columns(g, options);
+    expect_valid_plan(g, plan);
+    const int second = plan.column_of[ffn[1]];
+    EXPECT_TRUE(second < 0 || second == plan.column_of[ffn[0]]) << "budget " << budget << "\n"
+                                                                << plan::describe_plan(g, plan);
+    refused += plan.why_whole[ffn[1]].find("feature blocks") != std::string::npos;
+  }
+  EXPECT_GT(refused, 0) << "no budget let the second layer start a column: rule not exercised";
+}
+
 TEST(Partition, ForcedTileRowsApplyToEveryColumn) {
   const graph::Graph g = prepared(residual_cnn(), {2, 3, 32, 24});
   for (int64_t rows : {1, 5, 1000}) {
