@@ -167,18 +167,12 @@ TEST(Depthwise, FfnCutByAColumnBoundaryMatchesReference) {
   const NamedTensors inputs = {{"x", random_tensor({2, 128, 24}, 32)}};
   const NamedTensors expected = run_reference(norm_ffn_net(kHidden), inputs);
   const graph::Graph g = specialized(norm_ffn_net(kHidden), inputs);
-  std::vector<int> sparse_linear;  // the FFN's two MatMuls, in order
-  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
-    if (g.nodes[n].op_type == "MatMul") sparse_linear.push_back(static_cast<int>(n));
-  }
-  ASSERT_EQ(sparse_linear.size(), 2u);
+  const std::vector<std::size_t> ffn = ffn_matmuls(g);
+  ASSERT_EQ(ffn.size(), 2u);
   int cuts = 0;
-  for (int64_t budget = 4 << 10; budget <= (4 << 20); budget *= 2) {
-    plan::PlanOptions plan_options;
-    plan_options.cache_budget_bytes = budget;
-    const plan::TilePlan plan = plan::plan_columns(g, plan_options);
-    const int first = plan.column_of[static_cast<std::size_t>(sparse_linear[0])];
-    const int second = plan.column_of[static_cast<std::size_t>(sparse_linear[1])];
+  for (int64_t budget : swept_budgets()) {
+    const plan::TilePlan plan = plan_under_budget(g, budget);
+    const int first = plan.column_of[ffn[0]], second = plan.column_of[ffn[1]];
     cuts += first != second;
     Options options;
     options.cache_budget_bytes = budget;

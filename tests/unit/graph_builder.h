@@ -7,6 +7,7 @@
 
 #include "graph/graph.h"
 #include "graph/passes.h"
+#include "plan/tile_plan.h"
 #include "runtime/executor.h"
 #include "runtime/reference/reference_ops.h"
 
@@ -115,6 +116,33 @@ inline graph::Graph token_net(int64_t hidden = 40) {
   const int keys = b.node("Transpose", {norm}, {{"perm", std::vector<int64_t>{0, 2, 1}}});
   const int scores = b.node("Softmax", {b.node("MatMul", {probs, keys})}, {{"axis", int64_t{-1}}});
   return b.finish({scores, norm});
+}
+
+// The FFN of token_net() or another graph whose linear weights are named w1 and w2: the
+// indices of the MatMuls that read them, in graph order.
+inline std::vector<std::size_t> ffn_matmuls(const graph::Graph& g) {
+  std::vector<std::size_t> found;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node& node = g.nodes[n];
+    if (node.op_type != "MatMul") continue;
+    const std::string& weight = g.values[static_cast<std::size_t>(node.input(1))].name;
+    if (weight == "w1" || weight == "w2") found.push_back(n);
+  }
+  return found;
+}
+
+// The cache budgets a planner sweep walks: 4 KiB (every op whole) to 4 MiB (one column).
+inline std::vector<int64_t> swept_budgets() {
+  std::vector<int64_t> budgets;
+  for (int64_t b = 4 << 10; b <= (4 << 20); b *= 2) budgets.push_back(b);
+  return budgets;
+}
+
+// The depth-wise plan of specialized graph `g` under a cache budget of `budget` bytes.
+inline plan::TilePlan plan_under_budget(const graph::Graph& g, int64_t budget) {
+  plan::PlanOptions options;
+  options.cache_budget_bytes = budget;
+  return plan::plan_columns(g, options);
 }
 
 // Runs `graph` on the reference executor with the given inputs (shapes fixed from them).

@@ -486,19 +486,11 @@ TEST(Partition, TokenColumnsPassTheFfnInFeatureBlocks) {
 // it per tile. Swept over budgets, including those where it alone (with what follows) fits.
 TEST(Partition, TheFfnsSecondSparseLayerStartsNoColumn) {
   const graph::Graph g = prepared(token_net(512), {2, 128, 24});
-  std::vector<std::size_t> ffn;  // its two MatMuls
-  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
-    const graph::Node& node = g.nodes[n];
-    if (node.op_type != "MatMul") continue;
-    const std::string& weight = g.values[static_cast<std::size_t>(node.input(1))].name;
-    if (weight == "w1" || weight == "w2") ffn.push_back(n);
-  }
+  const std::vector<std::size_t> ffn = ffn_matmuls(g);
   ASSERT_EQ(ffn.size(), 2u);
   int refused = 0;
-  for (int64_t budget = 4 << 10; budget <= (4 << 20); budget *= 2) {
-    plan::PlanOptions options;
-    options.cache_budget_bytes = budget;
-    const plan::TilePlan plan = plan::plan_columns(g, options);
+  for (int64_t budget : swept_budgets()) {
+    const plan::TilePlan plan = plan_under_budget(g, budget);
     expect_valid_plan(g, plan);
     const int second = plan.column_of[ffn[1]];
     EXPECT_TRUE(second < 0 || second == plan.column_of[ffn[0]]) << "budget " << budget << "\n"
