@@ -74,7 +74,7 @@ CLI::Validator schedule_validator();
 // sparsecol::Options they map to); the defaults leave the engine's own choices.
 struct EngineTuning {
   double sparse_threshold = -1.0;  // Options::sparse_threshold; negative: the measured default
-  int64_t cache_budget_kib = 0;    // Options::cache_budget_bytes / 1024; 0: the machine's L2
+  int64_t cache_budget_kib = 0;    // Options::cache_budget_bytes / 1024; 0: 3/4 of the machine's L2
   int tile_rows = 0;               // Options::tile_rows; 0: chosen per column
 
   void add_to(CLI::App& app);

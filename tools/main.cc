@@ -100,7 +100,8 @@ void EngineTuning::add_to(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--cache-budget", cache_budget_kib,
                  "depth-wise schedule: the KiB of cache a column's working set must fit, per core "
-                 "(0: the L2 that hwloc reports, with the shared L3 as a second tier; a budget "
+                 "(0: three quarters of the L2 that hwloc reports, with the shared L3 as a second "
+                 "tier; a budget "
                  "given here is the only tier)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();

@@ -132,8 +132,9 @@ struct Options {
   // Weights whose fraction of exact zeros is at least this run through the sparse kernels;
   // negative: the default measured on this machine's class (kernels/f32-spmm).
   double sparse_threshold = -1.0;
-  // Depth-wise planning: the per-core cache budget a column's working set must fit (0: the L2
-  // size hwloc reports) and a forced tile height in output rows (0: chosen by the planner).
+  // Depth-wise planning: the per-core cache budget a column's working set must fit (0: three
+  // quarters of the L2 size hwloc reports) and a forced tile height in output rows (0: chosen
+  // by the planner).
   int64_t cache_budget_bytes = 0;
   int tile_rows = 0;
   TileReuse tile_reuse = TileReuse::kRolling;

@@ -112,7 +112,7 @@ enum class Tier { kL2, kL3 };
 const char* to_string(Tier tier);
 
 struct PlanOptions {
-  int64_t cache_budget_bytes = 512 * 1024;  // one core's L2 (hwloc) unless overridden
+  int64_t cache_budget_bytes = 512 * 1024;  // the executor's: 3/4 of one core's L2 (hwloc)
   // The L3 (hwloc), shared by the threads; 0: unknown or not to be used (no L3 tier).
   int64_t shared_cache_bytes = 0;
   // The fraction of a thread's share of the L3 (shared_cache_bytes / threads) an L3 column's

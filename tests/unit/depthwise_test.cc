@@ -34,7 +34,7 @@ float max_abs(const Tensor& t) {
 struct Variant {
   int threads;
   int tile_rows;             // 0: the planner's
-  int64_t cache_budget = 0;  // 0: the machine's L2
+  int64_t cache_budget = 0;  // 0: the machine's (3/4 of its L2)
 };
 
 const char* name_of(TileReuse reuse) { return reuse == TileReuse::kHalo ? "halo" : "rolling"; }
