@@ -143,10 +143,7 @@ graph::Graph norm_ffn_net(int64_t hidden) {
   constexpr int64_t kFeatures = 24;
   GraphBuilder b;
   const int x = b.input("x", {-1, 128, kFeatures});
-  const int norm = b.node("LayerNormalization",
-                          {x, b.constant("gamma", random_tensor({kFeatures}, 1)),
-                           b.constant("beta", random_tensor({kFeatures}, 2))},
-                          {{"axis", int64_t{-1}}, {"epsilon", 1e-5f}});
+  const int norm = layer_norm(b, x, kFeatures, 1);
   const int up = b.node(
       "Relu",
       {b.node("Add", {b.node("MatMul",

@@ -82,6 +82,15 @@ class GraphBuilder {
   graph::Graph graph_;
 };
 
+// A LayerNormalization over the last axis of `x` (`features` wide), scale and bias random from
+// `seed` and `seed` + 1.
+inline int layer_norm(GraphBuilder& b, int x, int64_t features, uint32_t seed) {
+  return b.node("LayerNormalization",
+                {x, b.constant("gamma", random_tensor({features}, seed)),
+                 b.constant("beta", random_tensor({features}, seed + 1))},
+                {{"axis", int64_t{-1}}, {"epsilon", 1e-5f}});
+}
+
 // The token-wise part of a transformer encoder layer in miniature, x [batch, 128, 24]: an FFN of
 // two 90%-pruned linear layers (bias and Relu fused into the first, whose output only the second
 // reads; bias and the residual x into the second), a layer norm (also a graph output, read after
@@ -104,10 +113,7 @@ inline graph::Graph token_net(int64_t hidden = 40) {
       b.node("Add", {b.node("Add", {linear(up, pruned_tensor({kHidden, kFeatures}, 3, 0.9), "w2"),
                                     b.constant("b2", random_tensor({kFeatures}, 4))}),
                      x});
-  const int norm = b.node("LayerNormalization",
-                          {down, b.constant("gamma", random_tensor({kFeatures}, 5)),
-                           b.constant("beta", random_tensor({kFeatures}, 6))},
-                          {{"axis", int64_t{-1}}, {"epsilon", 1e-5f}});
+  const int norm = layer_norm(b, down, kFeatures, 5);
   const int dense = b.node(
       "Add",
       {b.node("Add", {linear(norm, random_tensor({kFeatures, kFeatures}, 7), "w3"), x}), down});
