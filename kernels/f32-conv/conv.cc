@@ -503,67 +503,50 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
 
 }  // namespace
 
-bool PackedConv::splits_channels() const { return impl_->is_sparse(); }
-
-void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
-                   int64_t oh_begin, int64_t oh_end, int64_t oc_begin, int64_t oc_end,
-                   const Epilogue& epilogue, const PlaneView* residual,
-                   std::vector<float>& scratch) {
-  const ConvGeometry& g = conv.geometry();
-  const bool full = oc_begin == 0 && oc_end == g.out_c;
-  if (oc_begin < 0 || oc_end > g.out_c || oc_begin > oc_end || (!full && !conv.splits_channels())) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("conv2d_region: output channels [{}, {}) of {} with {}", oc_begin,
-                            oc_end, g.out_c, conv.implementation()));
-  }
-  if (!conv.splits_channels()) {
-    conv2d_rows(conv, src, dst, oh_begin, oh_end, epilogue, residual, scratch);
-  } else if (oh_begin < oh_end && oc_begin < oc_end) {
-    sparse_conv_rows(g, *conv.impl(), src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue,
-                     residual, scratch);
-  }
+int64_t PackedConv::channel_granule() const {
+  if (impl_->is_sparse()) return 1;
+  if (impl_->is_gemm() && geometry_.groups == 1) return impl_->groups.front().panel_rows();
+  return geometry_.out_c;
 }
 
-void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
-                 int64_t oh_begin, int64_t oh_end, const Epilogue& epilogue,
-                 const PlaneView* residual, std::vector<float>& scratch) {
-  const ConvGeometry& g = conv.geometry();
-  const PackedConv::Impl& impl = *conv.impl();
-  if (oh_begin >= oh_end) return;
-  if (impl.is_sparse()) {
-    sparse_conv_rows(g, impl, src, dst, oh_begin, oh_end, 0, g.out_c, epilogue, residual, scratch);
-    return;
-  }
-  if (impl.kind == PackedConv::Impl::Kind::kDepthwise) {
-    dwconv2d_rows(g, impl.weight.data(), impl.bias.data(), src, dst, oh_begin, oh_end, epilogue,
-                  residual, scratch);
-    return;
-  }
+namespace {
 
+// Output rows [oh_begin, oh_end) x channels [oc_begin, oc_end) of a GEMM lowering (one group, or
+// all channels of every group).
+void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const PlaneView& src,
+                     const PlaneView& dst, int64_t oh_begin, int64_t oh_end, int64_t oc_begin,
+                     int64_t oc_end, const Epilogue& epilogue, const PlaneView* residual,
+                     std::vector<float>& scratch) {
   const int64_t ic_per_group = g.in_c / g.groups;
   const int64_t oc_per_group = g.out_c / g.groups;
-  // Output rows [r0, r1) of group `group`: the epilogue and C of that region, for `product`
-  // to pass to the GEMM.
+  // The rows of each group's weights this call computes: all of them with several groups.
+  const int64_t part_begin = g.groups == 1 ? oc_begin : 0;
+  const int64_t part_end = g.groups == 1 ? oc_end : oc_per_group;
+  // Output rows from r0 of group `group`: its part of the weights, the epilogue and C of that
+  // region, for `product` to pass to the GEMM.
   auto gemm_rows = [&](int64_t group, int64_t r0, auto product) {
+    const int64_t oc0 = group * oc_per_group + part_begin;
     Epilogue e = epilogue;
-    e.row_bias = impl.bias.data() + group * oc_per_group;
+    e.row_bias = impl.bias.data() + oc0;
     e.col_bias = nullptr;
     e.residual = nullptr;
     if (residual != nullptr) {
-      e.residual = residual->data + group * oc_per_group * residual->plane_stride +
-                   (r0 - residual->row0) * g.out_w;
+      e.residual =
+          residual->data + oc0 * residual->plane_stride + (r0 - residual->row0) * g.out_w;
       e.residual_ld = residual->plane_stride;
     }
-    product(e, dst.data + group * oc_per_group * dst.plane_stride + (r0 - dst.row0) * g.out_w);
+    const PackedA& weights = impl.groups[static_cast<std::size_t>(group)];
+    product(part_end - part_begin == weights.rows() ? weights
+                                                    : weights.row_range(part_begin, part_end),
+            e, dst.data + oc0 * dst.plane_stride + (r0 - dst.row0) * g.out_w);
   };
 
   if (impl.kind == PackedConv::Impl::Kind::kGemm1x1) {
     for (int64_t group = 0; group < g.groups; ++group) {
       const float* b =
           src.data + group * ic_per_group * src.plane_stride + (oh_begin - src.row0) * g.in_w;
-      gemm_rows(group, oh_begin, [&](const Epilogue& e, float* c) {
-        gemm_packed(impl.groups[group], b, src.plane_stride, c, dst.plane_stride,
-                    (oh_end - oh_begin) * g.out_w, e);
+      gemm_rows(group, oh_begin, [&](const PackedA& a, const Epilogue& e, float* c) {
+        gemm_packed(a, b, src.plane_stride, c, dst.plane_stride, (oh_end - oh_begin) * g.out_w, e);
       });
     }
     return;
@@ -594,11 +577,47 @@ void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& 
         im2col(g, src, group * ic_per_group + c0, channels, r0, r1, block, n);
         pack_b_strip_rows(block, n, channels * taps, n, c0 * taps, depth, strips, isa);
       }
-      gemm_rows(group, r0, [&](const Epilogue& e, float* c) {
-        gemm_packed_strips(impl.groups[group], strips, c, dst.plane_stride, n, e);
+      gemm_rows(group, r0, [&](const PackedA& a, const Epilogue& e, float* c) {
+        gemm_packed_strips(a, strips, c, dst.plane_stride, n, e);
       });
     }
   }
+}
+
+}  // namespace
+
+void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
+                   int64_t oh_begin, int64_t oh_end, int64_t oc_begin, int64_t oc_end,
+                   const Epilogue& epilogue, const PlaneView* residual,
+                   std::vector<float>& scratch) {
+  const ConvGeometry& g = conv.geometry();
+  const PackedConv::Impl& impl = *conv.impl();
+  const int64_t granule = conv.channel_granule();
+  if (oc_begin < 0 || oc_end > g.out_c || oc_begin > oc_end || oc_begin % granule != 0 ||
+      (oc_end % granule != 0 && oc_end != g.out_c)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("conv2d_region: output channels [{}, {}) of {} with {}, which takes "
+                            "ranges in steps of {}",
+                            oc_begin, oc_end, g.out_c, conv.implementation(), granule));
+  }
+  if (oh_begin >= oh_end || oc_begin >= oc_end) return;
+  if (impl.is_sparse()) {
+    sparse_conv_rows(g, impl, src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue, residual,
+                     scratch);
+  } else if (impl.kind == PackedConv::Impl::Kind::kDepthwise) {
+    dwconv2d_rows(g, impl.weight.data(), impl.bias.data(), src, dst, oh_begin, oh_end, epilogue,
+                  residual, scratch);
+  } else {
+    dense_conv_rows(g, impl, src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue, residual,
+                    scratch);
+  }
+}
+
+void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
+                 int64_t oh_begin, int64_t oh_end, const Epilogue& epilogue,
+                 const PlaneView* residual, std::vector<float>& scratch) {
+  conv2d_region(conv, src, dst, oh_begin, oh_end, 0, conv.geometry().out_c, epilogue, residual,
+                scratch);
 }
 
 }  // namespace sparsecol::kernels

@@ -85,9 +85,10 @@ class PackedConv {
   double weight_sparsity() const;      // fraction of exact zeros of the weight
   const char* weight_format() const;   // "dense" or "sparse-csr"
   int64_t packed_bytes() const;        // bytes of the packed weight and bias
-  // Whether conv2d_region takes any range of output channels (the sparse implementations), or
-  // only all of them.
-  bool splits_channels() const;
+  // conv2d_region takes output channel ranges that start at a multiple of this and end at one
+  // or at out_c: 1 for the sparse implementations, the GEMM's panel height for a dense GEMM of
+  // one group, out_c (all channels only) for grouped and depthwise convolutions.
+  int64_t channel_granule() const;
 
   struct Impl;
   std::shared_ptr<const Impl> impl() const { return impl_; }
@@ -106,8 +107,8 @@ void conv2d_rows(const PackedConv& conv, const PlaneView& src, const PlaneView& 
                  const PlaneView* residual, std::vector<float>& scratch);
 
 // As conv2d_rows, for output channels [oc_begin, oc_end) only, so that a layer whose image has
-// few rows can still be split across threads. Any range when conv.splits_channels(), otherwise
-// only every channel (Error(kInvalidArgument) for a part).
+// few rows can still be split across threads, each streaming its part of the weights. The range
+// follows conv.channel_granule() (Error(kInvalidArgument) otherwise).
 void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
                    int64_t oh_begin, int64_t oh_end, int64_t oc_begin, int64_t oc_end,
                    const Epilogue& epilogue, const PlaneView* residual,

@@ -300,6 +300,20 @@ PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda, Isa isa)
   pack_a_panels(a, m, k, lda, mr, data_.get());
 }
 
+int64_t PackedA::panel_rows() const { return default_gemm_ukernel(isa_).mr; }
+
+PackedA PackedA::row_range(int64_t begin, int64_t end) const {
+  if (begin < 0 || begin > end || end > m_ || begin % panel_rows() != 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("PackedA: rows [{}, {}) of {} in panels of {}", begin, end, m_,
+                            panel_rows()));
+  }
+  PackedA part = *this;
+  part.m_ = end - begin;
+  part.data_ = std::shared_ptr<float[]>(data_, data_.get() + begin * k_);  // panel begin / MR
+  return part;
+}
+
 void gemm_packed(const PackedA& a, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t n,
                  const Epilogue& epilogue) {
   gemm_packed_with_ukernel(default_gemm_ukernel(a.isa()), a.data(), a.rows(), a.depth(), b, ldb, c,

@@ -438,7 +438,7 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       const ConvProblem p(g, sparsity, rng);
       const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), 0.0, isa);
       ASSERT_STREQ(conv.weight_format(), "sparse-csr");
-      ASSERT_TRUE(conv.splits_channels());
+      ASSERT_EQ(conv.channel_granule(), 1);
       // All rows and channels; the first and last row; an interior block of rows and channels.
       check_conv_region(conv, p, 0, g.out_h, 0, g.out_c);
       check_conv_region(conv, p, 0, 1, 0, g.out_c);
@@ -484,11 +484,43 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
   EXPECT_NEAR(sparse.weight_sparsity(), 0.85, 0.01);
   EXPECT_STREQ(dense.weight_format(), "dense");
   EXPECT_LT(sparse.packed_bytes(), dense.packed_bytes() / 3);
-  // A dense implementation computes all channels or none.
+  // A dense GEMM computes whole panels of channels; a depthwise convolution all of them.
   std::vector<float> src(16 * 64), dst(16 * 64), scratch;
-  EXPECT_THROW(kernels::conv2d_region(dense, {src.data(), 0, 64}, {dst.data(), 0, 64}, 0, 8, 0, 8,
+  EXPECT_THROW(kernels::conv2d_region(dense, {src.data(), 0, 64}, {dst.data(), 0, 64}, 0, 8, 1, 8,
                                       {}, nullptr, scratch),
                Error);
+  const kernels::PackedConv depthwise(gd, w.data(), nullptr);
+  EXPECT_EQ(depthwise.channel_granule(), 16);
+  EXPECT_THROW(kernels::conv2d_region(depthwise, {src.data(), 0, 64}, {dst.data(), 0, 64}, 0, 8,
+                                      0, 8, {}, nullptr, scratch),
+               Error);
+}
+
+// The dense GEMM lowerings split by output channels (the layer-by-layer schedule's blocks of
+// channels for the deep layers at batch 1): every block of whole panels, and the last partial
+// one, matches the reference and writes nothing outside its channels.
+TEST(DenseConvRegionTest, BlocksOfChannelsMatchReference) {
+  std::mt19937 rng(19);
+  const SparseConvCase cases[] = {
+      {"1x1", 24, 44, 5, 7, 1, 1, 0, 1, 1},
+      {"3x3_s1_p1", 16, 37, 7, 9, 3, 1, 1, 1, 1},
+      {"3x3_s2_p1", 12, 50, 9, 11, 3, 2, 1, 1, 1},
+  };
+  for (const SparseConvCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const kernels::ConvGeometry g = make_geometry(c);
+    const ConvProblem p(g, 0.0, rng);
+    const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), kernels::kAlwaysDense);
+    const int64_t granule = conv.channel_granule();
+    ASSERT_GT(granule, 1);
+    ASSERT_LT(granule, g.out_c);
+    for (int64_t c0 = 0; c0 < g.out_c; c0 += granule) {
+      const int64_t c1 = std::min(g.out_c, c0 + granule * (1 + static_cast<int64_t>(rng() % 2)));
+      check_conv_region(conv, p, 0, g.out_h, c0, c1);
+      check_conv_region(conv, p, 1, g.out_h - 1, c0, c1);
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 // ---- Sparse linear layers vs the reference GEMM ----

@@ -207,14 +207,26 @@ class ConvStep final : public FastStep {
   // (balanced_blocks: a block per image from a batch of 16 on 2 threads, two at batch 1): four
   // blocks per thread whatever the batch made GEMMs of a few rows, each with its own im2col
   // halo and call costs; cutting only as needed ran MobileNetV2 1.24x (b16) and 1.29x (b1),
-  // ResNet-50 1.30x and 1.17x (2 threads, 5 interleaved pairs, medians).
+  // ResNet-50 1.30x and 1.17x (2 threads, 5 interleaved pairs, medians). Where the weights
+  // outweigh the image's column matrix (out_c >= out_h * out_w: the deep layers at batch 1),
+  // blocks of output channels instead: every row block streams all the weights from memory,
+  // a channel block only its part, at the cost of redoing the im2col.
   // Sparse: a sparse kernel streams the whole weight once per run of pixels it is handed, and a
   // short run wastes its vector tail, so runs are kept at >= kSparseTaskPixels (or the whole
   // image) and the threads are fed by splitting output channels instead where the batch has too
   // few such runs (ResNet-50's 7x7 layers at batch 1: one run per image).
   Split split(int threads) const {
     const kernels::ConvGeometry& g = conv_.geometry();
-    if (!conv_.splits_channels()) {
+    const int64_t granule = conv_.channel_granule();
+    // Channels per block when `blocks` blocks are wanted, whole granules each.
+    auto channels_per = [&](int64_t blocks) {
+      return std::min(g.out_c, ceil_div(ceil_div(g.out_c, blocks), granule) * granule);
+    };
+    if (granule > 1) {
+      const int64_t most = ceil_div(g.out_c, granule);
+      if (granule < g.out_c && g.out_c >= g.out_h * g.out_w) {
+        return {g.out_h, channels_per(balanced_blocks(batch_, threads, most))};
+      }
       return {ceil_div(g.out_h, balanced_blocks(batch_, threads, g.out_h)), g.out_c};
     }
     constexpr int64_t kSparseTaskPixels = 256, kMinTaskChannels = 16;
@@ -224,7 +236,7 @@ class ConvStep final : public FastStep {
     // im2col / padded copy.
     const int64_t channel_blocks = std::clamp<int64_t>(ceil_div(std::max(threads, 1), row_tasks), 1,
                                                        ceil_div(g.out_c, kMinTaskChannels));
-    return {rows, ceil_div(g.out_c, channel_blocks)};
+    return {rows, channels_per(channel_blocks)};
   }
 
   kernels::PackedConv conv_;
