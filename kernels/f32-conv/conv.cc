@@ -531,14 +531,11 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
     e.col_bias = nullptr;
     e.residual = nullptr;
     if (residual != nullptr) {
-      e.residual =
-          residual->data + oc0 * residual->plane_stride + (r0 - residual->row0) * g.out_w;
+      e.residual = residual->data + oc0 * residual->plane_stride + (r0 - residual->row0) * g.out_w;
       e.residual_ld = residual->plane_stride;
     }
-    const PackedA& weights = impl.groups[static_cast<std::size_t>(group)];
-    product(part_end - part_begin == weights.rows() ? weights
-                                                    : weights.row_range(part_begin, part_end),
-            e, dst.data + oc0 * dst.plane_stride + (r0 - dst.row0) * g.out_w);
+    product(impl.groups[static_cast<std::size_t>(group)].row_range(part_begin, part_end), e,
+            dst.data + oc0 * dst.plane_stride + (r0 - dst.row0) * g.out_w);
   };
 
   if (impl.kind == PackedConv::Impl::Kind::kGemm1x1) {

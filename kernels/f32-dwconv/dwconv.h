@@ -10,11 +10,12 @@
 // kernel size, stride, dilation and padding is served. Stride 1 lays the rows out flat, so the
 // whole row range is one run of vectors (dwconv_impl.h, dwconv2d_flat: 7- and 14-wide planes
 // waste no vectors per row); other strides split each row into `stride` phases (even/odd
-// columns for stride 2) and run row by row. On AVX2, 3x3 stride 1 and 2 (MobileNetV2) take the
-// channel-lane kernel instead (lanes_impl.h): a vector holds one pixel of kLanes channels, so
-// small planes waste no lanes and pay no per-plane-row cost. Against the flat stride-1 kernel on
-// MobileNetV2's shapes (bench/dwconv_bench.cc, Zen 3) it is about as fast on 7x7 and 14x14 planes
-// (0.97-1.24x) and 1.4-1.6x faster on the larger ones, so kAuto keeps it there.
+// columns for stride 2) and run row by row. On AVX2 and AVX-512, 3x3 stride 1 and 2
+// (MobileNetV2) take the channel-lane kernel instead (lanes_impl.h): a vector holds one pixel of
+// kLanes channels, so small planes waste no lanes and pay no per-plane-row cost. Against the flat
+// stride-1 kernel on MobileNetV2's shapes (bench/dwconv_bench.cc, one thread): Zen 3 AVX2 about
+// as fast on 7x7 and 14x14 planes (0.97-1.24x) and 1.4-1.6x faster on the larger ones; Zen 5
+// AVX-512 1.2-1.3x at stride 1 (2.1x on 7x7 planes) and 2.6-5.9x at stride 2.
 #pragma once
 
 #include <cstdint>

@@ -35,16 +35,21 @@
 namespace sparsecol::kernels {
 namespace {
 
-// Whether transpose() below is a shuffle network (AVX2) rather than element moves: DwconvMethod::
-// kAuto takes the channel-lane kernel only then. The AVX-512 (16 x 16) network is not written
-// yet: no machine here runs AVX-512 to measure it against the per-plane kernel.
-#if defined(__AVX2__) && !defined(__AVX512F__)
+// Whether transpose() below is a shuffle network (AVX2, AVX-512) rather than element moves:
+// DwconvMethod::kAuto takes the channel-lane kernel only then.
+#if defined(__AVX2__)
 constexpr bool kTransposeTuned = true;
 #else
 constexpr bool kTransposeTuned = false;
 #endif
 
 // r[i][j] <-> r[j][i] for a kLanes x kLanes block.
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+// GCC 12 warns that the AVX-512 shuffles' undefined pass-through operand "may be used
+// uninitialized" (its intrinsics initialise it from itself); every lane is written.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 inline void transpose(Vec* r) {
 #if defined(__AVX2__) && !defined(__AVX512F__)
   // The 24-shuffle 8x8 transpose: 32-bit interleave, 64-bit interleave, 128-bit halves.
@@ -64,8 +69,34 @@ inline void transpose(Vec* r) {
   r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
   r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+#elif defined(__AVX512F__)
+  // The 64-shuffle 16x16 transpose. After the 32- and 64-bit interleaves within 128-bit lanes,
+  // u[4g + j] holds, in its 128-bit lane L, column 4L + j of rows 4g..4g+3; two rounds of 128-bit
+  // lane shuffles then gather column x's four lanes (one per group of rows) into r[x].
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {
+    // 0x88 takes 128-bit lanes 0 and 2 of each operand, 0xDD lanes 1 and 3.
+    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);  // cols j, 8+j of groups 0, 1
+    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);  // cols 4+j, 12+j
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);  // groups 2, 3
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[4 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
 #else
-  // Element moves: correct at any lane count, for the tests of the portable and AVX-512 paths.
+  // Element moves: correct at any lane count, for the tests of the portable path.
   float t[kLanes * kLanes];
   for (int i = 0; i < kLanes; ++i) {
     for (int j = 0; j < kLanes; ++j) t[j * kLanes + i] = r[i][j];
@@ -73,6 +104,9 @@ inline void transpose(Vec* r) {
   for (int i = 0; i < kLanes; ++i) r[i] = load(t + i * kLanes);
 #endif
 }
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // The first `count` lanes (0 < count < kLanes) of v to p. On AVX2 as 4-, 2- and 1-float
 // stores: a masked store (vmaskmovps) costs Zen 3 about 12 cycles, and 7x7 planes end every row

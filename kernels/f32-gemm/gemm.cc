@@ -304,9 +304,9 @@ int64_t PackedA::panel_rows() const { return default_gemm_ukernel(isa_).mr; }
 
 PackedA PackedA::row_range(int64_t begin, int64_t end) const {
   if (begin < 0 || begin > end || end > m_ || begin % panel_rows() != 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("PackedA: rows [{}, {}) of {} in panels of {}", begin, end, m_,
-                            panel_rows()));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("PackedA: rows [{}, {}) of {} in panels of {}", begin, end, m_, panel_rows()));
   }
   PackedA part = *this;
   part.m_ = end - begin;

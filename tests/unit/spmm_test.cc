@@ -491,8 +491,8 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
                Error);
   const kernels::PackedConv depthwise(gd, w.data(), nullptr);
   EXPECT_EQ(depthwise.channel_granule(), 16);
-  EXPECT_THROW(kernels::conv2d_region(depthwise, {src.data(), 0, 64}, {dst.data(), 0, 64}, 0, 8,
-                                      0, 8, {}, nullptr, scratch),
+  EXPECT_THROW(kernels::conv2d_region(depthwise, {src.data(), 0, 64}, {dst.data(), 0, 64}, 0, 8, 0,
+                                      8, {}, nullptr, scratch),
                Error);
 }
 
