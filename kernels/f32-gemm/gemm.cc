@@ -303,7 +303,7 @@ PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda, Isa isa)
 int64_t PackedA::panel_rows() const { return default_gemm_ukernel(isa_).mr; }
 
 PackedA PackedA::row_range(int64_t begin, int64_t end) const {
-  if (begin < 0 || begin > end || end > m_ || begin % panel_rows() != 0) {
+  if (begin < 0 || begin > end || end > m_ || (begin % panel_rows() != 0 && begin != m_)) {
     throw Error(
         ErrorCode::kInvalidArgument,
         fmt::format("PackedA: rows [{}, {}) of {} in panels of {}", begin, end, m_, panel_rows()));

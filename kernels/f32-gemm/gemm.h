@@ -32,8 +32,8 @@ class PackedA {
   // Rows are packed in panels of this many (the micro-kernel's MR).
   int64_t panel_rows() const;
   // Rows [begin, end) as a PackedA of their own, sharing this one's memory: begin a multiple of
-  // panel_rows() (Error(kInvalidArgument) otherwise), so that threads splitting a product's rows
-  // each stream only their part of the weights.
+  // panel_rows() or rows() (Error(kInvalidArgument) otherwise), so that threads splitting a
+  // product's rows each stream only their part of the weights.
   PackedA row_range(int64_t begin, int64_t end) const;
 
  private:

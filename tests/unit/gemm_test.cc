@@ -231,6 +231,39 @@ TEST_P(GemmPackedTest, PackedWeightsMatchReference) {
   }
 }
 
+// Rows of a packed A split at panel boundaries (the layer-by-layer schedule's blocks of output
+// channels): each part computes its rows of C with the bits of the whole product; a part that
+// does not start a panel is refused.
+TEST_P(GemmPackedTest, RowRangesGiveTheBitsOfTheWhole) {
+  const Isa isa = GetParam();
+  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
+  std::mt19937 rng(44);
+  std::uniform_int_distribution<int64_t> dim(1, 90);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int64_t m = 2 + dim(rng), k = dim(rng) * 5, n = dim(rng);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+    for (float& x : a) x = value(rng);
+    for (float& x : b) x = value(rng);
+    const PackedA packed(a.data(), m, k, k, isa);
+    const int64_t panel = packed.panel_rows();
+    std::vector<float> whole(static_cast<std::size_t>(m * n)), parts(whole.size(), -1.0f);
+    gemm_packed(packed, b.data(), n, whole.data(), n, n, {});
+    const int64_t split = std::min(m, panel * (1 + static_cast<int64_t>(rng() % 3)));
+    for (const auto& [r0, r1] : {std::pair{int64_t{0}, split}, std::pair{split, m}}) {
+      const PackedA part = packed.row_range(r0, r1);
+      EXPECT_EQ(part.rows(), r1 - r0);
+      gemm_packed(part, b.data(), n, parts.data() + r0 * n, n, n, {});
+    }
+    ASSERT_EQ(parts, whole) << to_string(isa) << " m " << m << " k " << k << " n " << n
+                            << " split at " << split;
+    if (panel > 1) {
+      EXPECT_THROW(packed.row_range(1, m), Error);
+    }
+    EXPECT_THROW(packed.row_range(0, m + 1), Error);
+  }
+}
+
 // A pre-packed B (a linear layer's weight) over the whole width and over two column regions
 // split at a strip, with several blocks of K and column tails: the reference's results, and the
 // split gives the bits of the whole.
