@@ -525,6 +525,30 @@ TEST(Partition, SmallBatchGetsTilesForEveryThread) {
   }
 }
 
+// A few tiles must be shared evenly by the threads (one idle for a whole tile otherwise): at a
+// small batch every column's tile count is a multiple of the threads or at least four per
+// thread, under any budget; ops that cannot be tiled so run whole.
+TEST(Partition, FewTilesAreSharedEvenlyByTheThreads) {
+  for (const int64_t batch : {1, 2, 3}) {
+    const graph::Graph g = prepared(residual_cnn(), {batch, 3, 32, 24});
+    for (const int threads : {2, 3, 4}) {
+      for (const int64_t budget : swept_budgets()) {
+        plan::PlanOptions options;
+        options.threads = threads;
+        options.cache_budget_bytes = budget;
+        const plan::TilePlan plan = plan::plan_columns(g, options);
+        expect_valid_plan(g, plan);
+        for (const plan::Column& c : plan.columns) {
+          const int64_t tiles = batch * c.tiles_per_image;
+          EXPECT_TRUE(tiles >= 4 * threads || tiles % threads == 0)
+              << tiles << " tiles on " << threads << " threads, budget " << budget << "\n"
+              << plan::describe_plan(g, plan);
+        }
+      }
+    }
+  }
+}
+
 // Rolling buffers (PlanOptions::rolling): a buffer that keeps rows for the next tile shares its
 // bytes with no other buffer of the column, so the arena the working set counts is at least the
 // halo recomputation's, where buffers share once their readers are done.
