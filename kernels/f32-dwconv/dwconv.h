@@ -15,7 +15,7 @@
 // kLanes channels, so small planes waste no lanes and pay no per-plane-row cost. Against the flat
 // stride-1 kernel on MobileNetV2's shapes (bench/dwconv_bench.cc, one thread): Zen 3 AVX2 about
 // as fast on 7x7 and 14x14 planes (0.97-1.24x) and 1.4-1.6x faster on the larger ones; Zen 5
-// AVX-512 1.2-1.3x at stride 1 (2.1x on 7x7 planes) and 2.6-5.9x at stride 2.
+// AVX-512 1.2-1.3x at stride 1 (1.9x on 7x7 planes) and 2.7-6.3x at stride 2 (docs/BENCHMARKS.md).
 #pragma once
 
 #include <cstdint>

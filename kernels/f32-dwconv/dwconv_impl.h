@@ -139,8 +139,9 @@ inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const
                                int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
                                std::vector<float>& scratch, DwconvMethod method) {
   if (oh_begin >= oh_end) return;
-  // kAuto: the channel-lane kernel wherever it applies and its transposes are tuned (AVX2):
-  // 2.4-4.5x the per-plane kernel on MobileNetV2's layers (bench/dwconv_bench.cc).
+  // kAuto: the channel-lane kernel wherever it applies and its transposes are tuned (AVX2,
+  // AVX-512): 2.4-4.5x the per-plane kernel on MobileNetV2's layers on Zen 3, 1.2-6.3x on Zen 5
+  // (bench/dwconv_bench.cc, dwconv.h).
   const bool lanes =
       method == DwconvMethod::kChannelLanes || (method == DwconvMethod::kAuto && kTransposeTuned);
   const int64_t lanes_c = lanes && lanes_supported(g) ? g.in_c / kLanes * kLanes : 0;
