@@ -139,6 +139,7 @@ class Importer {
     graph_.link();
     run_checker();
     check_window_attributes(proto);
+    check_layer_norm_axes(proto);
     add_kernel_shapes();
     run_shape_inference();
     apply_value_types();
@@ -411,6 +412,40 @@ class Importer {
                              node.op_type(), attr.name(), fmt::join(attr.ints(), ", ")));
           }
         }
+      }
+    }
+  }
+
+  // ONNX 1.12's shape inference for LayerNormalization normalizes `axis` against X's rank and
+  // then reads X's dimensions up to it unchecked: a scalar X (found by the importer fuzzer)
+  // crashed inside libonnx. Where X's rank is declared, the axis must fall inside it.
+  void check_layer_norm_axes(const onnx::GraphProto& proto) const {
+    for (const onnx::NodeProto& node : proto.node()) {
+      if (node.op_type() != "LayerNormalization" || node.input_size() == 0 ||
+          !(node.domain().empty() || node.domain() == "ai.onnx")) {
+        continue;
+      }
+      // X's rank where it is declared (a graph input or value_info) or an initializer's.
+      std::optional<int64_t> rank;
+      for (const auto* infos : {&proto.input(), &proto.value_info()}) {
+        for (const onnx::ValueInfoProto& info : *infos) {
+          if (info.name() == node.input(0) && info.type().tensor_type().has_shape()) {
+            rank = info.type().tensor_type().shape().dim_size();
+          }
+        }
+      }
+      for (const onnx::TensorProto& tensor : proto.initializer()) {
+        if (tensor.name() == node.input(0)) rank = tensor.dims_size();
+      }
+      if (!rank) continue;
+      int64_t axis = -1;
+      for (const onnx::AttributeProto& attr : node.attribute()) {
+        if (attr.name() == "axis") axis = attr.i();
+      }
+      if (axis < -*rank || axis >= *rank) {
+        fail(ErrorCode::kInvalidModel,
+             fmt::format("node '{}' (LayerNormalization): axis {} is outside input '{}' of rank {}",
+                         node.name(), axis, node.input(0), *rank));
       }
     }
   }

@@ -554,6 +554,19 @@ TEST(ImporterGraph, ShapeContradictionIsFoundByShapeInference) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
+// ONNX 1.12's own shape inference crashed on this (found by the importer fuzzer): the importer
+// refuses it first, naming the node.
+TEST(ImporterGraph, LayerNormAxisOutsideTheInputsRankIsInvalidModel) {
+  TempDir dir;
+  onnx::ModelProto model = make_mlp_model();
+  model.mutable_opset_import(0)->set_version(17);  // LayerNormalization's first opset
+  add_input(model, "scalar", {});
+  add_node(model, "LayerNormalization", {"scalar", "scalar"}, {"ln"}, "ln");
+  add_output(model, "ln", {});
+  expect_error([&] { import_model(model, dir); }, ErrorCode::kInvalidModel,
+               {"node 'ln' (LayerNormalization)", "axis -1", "rank 0"});
+}
+
 TEST(ImporterGraph, UnknownAttributeIsFoundByChecker) {
   TempDir dir;
   onnx::ModelProto model = make_mlp_model();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -222,7 +223,7 @@ class ConvStep final : public FastStep {
     auto channels_per = [&](int64_t blocks) {
       return std::min(g.out_c, ceil_div(ceil_div(g.out_c, blocks), granule) * granule);
     };
-    if (granule > 1) {
+    if (std::string_view(conv_.weight_format()) == "dense") {
       const int64_t most = ceil_div(g.out_c, granule);
       if (granule < g.out_c && g.out_c >= g.out_h * g.out_w) {
         return {g.out_h, channels_per(balanced_blocks(batch_, threads, most))};
