@@ -68,10 +68,10 @@ void conv_layer(benchmark::State& state, const Layer& layer) {
   std::mt19937 rng(1);
   auto random = [&](int64_t n) { return sparsecol::bench::random_floats(n, rng); };
   const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
-  std::vector<float> src = random(g.in_c * g.in_h * g.in_w);
-  const std::vector<float> weight = random(g.out_c * depth);
-  const std::vector<float> bias = random(g.out_c);
-  std::vector<float> dst(g.out_c * g.out_h * g.out_w);
+  sparsecol::bench::Floats src = random(g.in_c * g.in_h * g.in_w);
+  const sparsecol::bench::Floats weight = random(g.out_c * depth);
+  const sparsecol::bench::Floats bias = random(g.out_c);
+  sparsecol::bench::Floats dst(g.out_c * g.out_h * g.out_w);
   const sparsecol::kernels::PackedConv conv(g, weight.data(), bias.data());
   sparsecol::kernels::Epilogue epilogue;
   epilogue.post_residual = sparsecol::kernels::Activation::kRelu;

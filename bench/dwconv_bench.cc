@@ -39,10 +39,10 @@ void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod meth
 
   std::mt19937 rng(1);
   auto random = [&](int64_t n) { return sparsecol::bench::random_floats(n, rng); };
-  const std::vector<float> src = random(g.in_c * g.in_h * g.in_w);
-  const std::vector<float> weight = random(g.in_c * 9);
-  const std::vector<float> bias = random(g.in_c);
-  std::vector<float> dst(g.out_c * g.out_h * g.out_w);
+  const sparsecol::bench::Floats src = random(g.in_c * g.in_h * g.in_w);
+  const sparsecol::bench::Floats weight = random(g.in_c * 9);
+  const sparsecol::bench::Floats bias = random(g.in_c);
+  sparsecol::bench::Floats dst(g.out_c * g.out_h * g.out_w);
   sparsecol::kernels::Epilogue epilogue;
   epilogue.post_residual = sparsecol::kernels::Activation::kClip;
   epilogue.clip_max = 6.0f;

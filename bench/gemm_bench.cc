@@ -59,7 +59,7 @@ constexpr LayerShape kShapes[] = {
     {"square_1024", 1024, 1024, 1024, true},
 };
 
-std::vector<float> random_values(int64_t count, uint32_t seed) {
+sparsecol::bench::Floats random_values(int64_t count, uint32_t seed) {
   std::mt19937 rng(seed);
   return sparsecol::bench::random_floats(count, rng);
 }
@@ -69,10 +69,10 @@ void BM_Gemm(benchmark::State& state, LayerShape shape, const GemmUkernel* ukern
     state.SkipWithError(("ISA not available: " + kernels::isa_reason()).c_str());
     return;
   }
-  const std::vector<float> a = random_values(shape.m * shape.k, 1);
-  const std::vector<float> b = random_values(shape.k * shape.n, 2);
-  const std::vector<float> bias = random_values(std::max(shape.m, shape.n), 3);
-  std::vector<float> c(shape.m * shape.n);
+  const sparsecol::bench::Floats a = random_values(shape.m * shape.k, 1);
+  const sparsecol::bench::Floats b = random_values(shape.k * shape.n, 2);
+  const sparsecol::bench::Floats bias = random_values(std::max(shape.m, shape.n), 3);
+  sparsecol::bench::Floats c(shape.m * shape.n);
   Epilogue epilogue;
   if (shape.a_is_weight) {
     epilogue.row_bias = bias.data();

@@ -57,11 +57,12 @@ const LinearLayer kLinearLayers[] = {
     {"bert/ffn_down_3072x768", 3072, 768},
 };
 
+using sparsecol::bench::Floats;
 using sparsecol::bench::random_floats;
 
 // Zeroes a `sparsity` fraction of the elements at random (what magnitude pruning of random
 // weights leaves: unstructured).
-void prune(std::vector<float>& w, double sparsity, std::mt19937& rng) {
+void prune(Floats& w, double sparsity, std::mt19937& rng) {
   std::bernoulli_distribution zero(sparsity);
   for (float& x : w) {
     if (zero(rng)) x = 0.0f;
@@ -87,11 +88,11 @@ void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity
   g.out_h = g.out_w = (layer.in_hw + 2 * g.pad_top - layer.kernel) / layer.stride + 1;
   std::mt19937 rng(1);
   const int64_t depth = g.in_c * g.kernel_h * g.kernel_w;
-  const std::vector<float> src = random_floats(g.in_c * g.in_h * g.in_w, rng);
-  std::vector<float> weight = random_floats(g.out_c * depth, rng);
+  const Floats src = random_floats(g.in_c * g.in_h * g.in_w, rng);
+  Floats weight = random_floats(g.out_c * depth, rng);
   if (sparsity > 0.0) prune(weight, sparsity, rng);
-  const std::vector<float> bias = random_floats(g.out_c, rng);
-  std::vector<float> dst(static_cast<std::size_t>(g.out_c * g.out_h * g.out_w));
+  const Floats bias = random_floats(g.out_c, rng);
+  Floats dst(static_cast<std::size_t>(g.out_c * g.out_h * g.out_w));
   const PackedConv conv(g, weight.data(), bias.data(), sparsity < 0.0 ? kAlwaysDense : 0.0);
   Epilogue epilogue;
   epilogue.post_residual = Activation::kRelu;
@@ -111,11 +112,12 @@ void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity
 // runs), sparse through sparse_linear().
 void linear_layer(benchmark::State& state, const LinearLayer& layer, double sparsity) {
   std::mt19937 rng(2);
-  const std::vector<float> x = random_floats(kTokens * layer.k, rng);
-  std::vector<float> w = random_floats(layer.k * layer.n, rng);
+  const Floats x = random_floats(kTokens * layer.k, rng);
+  Floats w = random_floats(layer.k * layer.n, rng);
   if (sparsity > 0.0) prune(w, sparsity, rng);
-  const std::vector<float> bias = random_floats(layer.n, rng);
-  std::vector<float> y(static_cast<std::size_t>(kTokens * layer.n)), scratch;
+  const Floats bias = random_floats(layer.n, rng);
+  Floats y(static_cast<std::size_t>(kTokens * layer.n));
+  std::vector<float> scratch;
   Epilogue epilogue;
   epilogue.col_bias = bias.data();
   if (sparsity < 0.0) {

@@ -4,6 +4,7 @@
 #include "isa.h"
 
 #include <cpuid.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -147,5 +148,15 @@ std::vector<Isa> runnable_isas() {
 Isa active_isa() { return isa_choice().isa; }
 
 std::string isa_reason() { return isa_choice().reason; }
+
+const CoreCaches& core_caches() {
+  static const CoreCaches caches = [] {
+    CoreCaches c;
+    if (const long l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE); l1d > 0) c.l1d = l1d;
+    if (const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) c.l2 = l2;
+    return c;
+  }();
+  return caches;
+}
 
 }  // namespace sparsecol::kernels

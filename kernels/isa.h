@@ -7,6 +7,7 @@
 // machine that has a higher one. Ordered: a higher value may run every lower one.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,14 @@ bool isa_available(Isa isa);
 Isa effective_isa(Isa requested);
 // Every ISA this process may run, best first (tests and benchmarks sweep them).
 std::vector<Isa> runnable_isas();
+
+// One core's data caches in bytes as the OS reports them (glibc reads CPUID), read once: Zen 3
+// has 32 KiB L1d and 512 KiB L2, Zen 5 48 KiB and 1 MiB. Where the OS says nothing, Zen 3's.
+// The kernels size their blocks from these; the depth-wise planner reads hwloc instead.
+struct CoreCaches {
+  int64_t l1d = 32 * 1024;
+  int64_t l2 = 512 * 1024;
+};
+const CoreCaches& core_caches();
 
 }  // namespace sparsecol::kernels

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <span>
 
@@ -14,6 +15,7 @@
 #include "f32-dwconv/dwconv.h"
 #include "f32-gemm/ukernels.h"
 #include "f32-spmm/spmm.h"
+#include "scratch.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::kernels {
@@ -30,11 +32,13 @@ struct PackedConv::Impl {
   // splits it by input channels into K-blocks (see pack_sparse), every other kind has one.
   std::vector<SparseMatrix> sparse;
   Isa sparse_isa = Isa::kPortable;
-  // kSpmmPhases (see pack_sparse): output rows per chunk, the length of a phase row, and the
-  // floats of one phase plane of the chunk buffer (they fix the packed offsets).
+  // kSpmmPhases (see pack_sparse): output rows per chunk and the length of a phase row.
   int64_t chunk_rows = 0;
   int64_t phase_w = 0;
-  int64_t phase_plane = 0;
+  // Sparse kinds: the floats from one B plane to the next that the packed offsets assume, a whole
+  // number of cache lines: the phase planes of a chunk buffer (kSpmmPhases), the input planes
+  // (1x1 kinds; the input's own when its planes are that far apart, else a copy's).
+  int64_t b_plane = 0;
 
   bool is_sparse() const { return !sparse.empty(); }
   bool is_gemm() const { return kind == Kind::kGemm1x1 || kind == Kind::kIm2colGemm; }
@@ -50,9 +54,17 @@ constexpr int64_t kMinChunkPixels = 64;
 // reads once per non-zero of every output channel: at most this many floats (128 KiB), so that
 // it and the chunk's output stay in the 512 KiB L2 of a Zen 3 core.
 constexpr int64_t kPaddedBudget = 32 * 1024;
-// The floats of B one pixel tile of a K-block reads (see pack_sparse): 16 KiB, half of a Zen 3
-// core's L1, leaving room for the non-zeros and the output row streaming past.
-constexpr int64_t kSparseL1Budget = 4 * 1024;
+// The fewest non-zeros per output row a K-block holds on average (see pack_sparse).
+constexpr double kMinBlockNonZeros = 24.0;
+// The floats of B one pixel tile of a K-block reads (see pack_sparse): L1 less 16 KiB, which
+// leaves room for the non-zeros and the output rows streaming past. On Zen 3 (32 KiB) that was
+// half of L1, the best of the sizes tried; on Zen 5 (48 KiB) ResNet-50's 3x3 layers at 90% and
+// 95% ran 1.03-1.24x faster with 32 KiB than with 16 KiB, within 3% of 24 and 40 KiB
+// (bench/spmm_bench.cc, one thread, two runs of each).
+int64_t sparse_l1_budget_floats() {
+  const int64_t l1 = core_caches().l1d;
+  return std::max(l1 / 2, l1 - 16 * 1024) / static_cast<int64_t>(sizeof(float));
+}
 
 void check_geometry(const ConvGeometry& g) {
   const bool positive = g.in_c > 0 && g.in_h > 0 && g.in_w > 0 && g.out_c > 0 && g.out_h > 0 &&
@@ -197,14 +209,14 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   auto b_row = [&](int64_t c, int64_t ky, int64_t kx) -> int64_t& {
     return offsets[static_cast<std::size_t>((c * g.kernel_h + ky) * g.kernel_w + kx)];
   };
-  if (impl.kind == Kind::kGemm1x1) {
-    impl.kind = Kind::kSpmm1x1;
-    for (int64_t c = 0; c < g.in_c; ++c) b_row(c, 0, 0) = c * g.in_h * g.in_w;
-  } else if (gathers_strided_pointwise(g)) {
-    // The gathered input planes (see sparse_conv_rows) are out_h x out_w, a whole image apart
-    // whatever rows a call computes: one set of offsets serves every call, tile buffers too.
-    impl.kind = Kind::kSpmmGathered1x1;
-    for (int64_t c = 0; c < g.in_c; ++c) b_row(c, 0, 0) = c * g.out_h * g.out_w;
+  const bool strided_pointwise = gathers_strided_pointwise(g);
+  if (impl.kind == Kind::kGemm1x1 || strided_pointwise) {
+    // B row c is input plane c, planes b_plane apart (see sparse_conv_rows): the input tensor's
+    // own when its planes are whole cache lines apart, else the region's pixels copied (gathered,
+    // if strided) to the start of planes that are.
+    impl.kind = strided_pointwise ? Kind::kSpmmGathered1x1 : Kind::kSpmm1x1;
+    impl.b_plane = round_up_to_line(g.out_h * g.out_w);
+    for (int64_t c = 0; c < g.in_c; ++c) b_row(c, 0, 0) = c * impl.b_plane;
   } else {
     // Any other convolution reads a zero-padded copy of the chunk's input rows, split by stride
     // phase (space-to-depth): channel c's input (row i * sh + a, column j * sw + b), counted from
@@ -220,14 +232,13 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     const int64_t planes = g.in_c * g.stride_h * g.stride_w;
     impl.chunk_rows =
         chunk_rows(g, planes * impl.phase_w, planes * halo * impl.phase_w, kPaddedBudget);
-    impl.phase_plane = (impl.chunk_rows + halo) * impl.phase_w;
+    impl.b_plane = round_up_to_line((impl.chunk_rows + halo) * impl.phase_w);
     for (int64_t c = 0; c < g.in_c; ++c) {
       for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
         for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
           const int64_t y = ky * g.dilation_h, x = kx * g.dilation_w;
           const int64_t plane = (c * g.stride_h + y % g.stride_h) * g.stride_w + x % g.stride_w;
-          b_row(c, ky, kx) =
-              plane * impl.phase_plane + y / g.stride_h * impl.phase_w + x / g.stride_w;
+          b_row(c, ky, kx) = plane * impl.b_plane + y / g.stride_h * impl.phase_w + x / g.stride_w;
         }
       }
     }
@@ -236,19 +247,35 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   // plus the taps' reach (halo rows and columns). A 3x3 layer's channels overflow L1 at 64
   // pixels (ResNet-50's 3x3 64 at 56x56: 46 KiB), so every non-zero's B row came from L2; the
   // phase path instead runs the product over blocks of input channels whose tiles fit
-  // kSparseL1Budget, adding each block to the partial sums (SpmmArgs::accumulate). Grouped
-  // convolutions keep one block (a group's channels are already few), and so do strided ones:
-  // with this and the whole epilogue in the kernel (finish_row), ResNet-50's stride-1 3x3
+  // sparse_l1_budget_floats(), adding each block to the partial sums (SpmmArgs::accumulate).
+  // Grouped convolutions keep one block (a group's channels are already few), and so do strided
+  // ones: with this and the whole epilogue in the kernel (finish_row), ResNet-50's stride-1 3x3
   // layers ran 1.0-1.7x faster at 90% and 95% (bench/spmm_bench.cc, ratios to the dense kernel
   // of the same run, two runs), but its stride-2 one, whose 4 phase planes per channel left 9
   // blocks of 15 channels (~6-13 non-zeros per row and block), ran 0.8x at 95%.
+  // 1x1 layers read one tile per channel (the tile no wider than the image).
+  // Every block keeps at least kMinBlockNonZeros non-zeros per output row on average: a row's
+  // fixed costs (loading and storing its partial sums, the loop exit) are paid once per block.
+  // On Zen 5 at 90% and 95% (one thread, two runs), blocks of at least 3 non-zeros a row made
+  // ResNet-50's 1x1 layers up to 1.7x slower than one block (2048->512 at 7x7, 95%), of at least
+  // 6-12 still up to 1.3x, of at least 24 ran within 5% of one block or faster (1024->256 at
+  // 14x14 1.05-1.1x), and 32 or 48 were no better; the 3x3 layers' blocks (15-30 non-zeros a row
+  // at 95%) are unaffected.
   int64_t block_c = g.in_c;
-  if (impl.kind == Kind::kSpmmPhases && g.groups == 1 && g.stride_h == 1 && g.stride_w == 1) {
+  const bool phases = impl.kind == Kind::kSpmmPhases;
+  if (g.groups == 1 && (!phases || (g.stride_h == 1 && g.stride_w == 1))) {
     const int64_t tile = default_spmm_ukernel(impl.sparse_isa).tile;
-    const int64_t reach = (g.kernel_h - 1) * g.dilation_h / g.stride_h * impl.phase_w +
-                          (g.kernel_w - 1) * g.dilation_w / g.stride_w;
-    const int64_t per_channel = g.stride_h * g.stride_w * tile + reach;
-    const int64_t blocks = (g.in_c * per_channel + kSparseL1Budget - 1) / kSparseL1Budget;
+    const int64_t reach =
+        phases ? (g.kernel_h - 1) * g.dilation_h * impl.phase_w + (g.kernel_w - 1) * g.dilation_w
+               : 0;
+    const int64_t width = phases ? tile : std::min(tile, round_up_to_line(g.out_h * g.out_w));
+    const int64_t budget = sparse_l1_budget_floats();
+    const double nnz_per_channel = (1.0 - impl.sparsity) * static_cast<double>(taps);
+    const int64_t least_c = static_cast<int64_t>(std::ceil(
+        kMinBlockNonZeros / std::max(nnz_per_channel, 1.0 / static_cast<double>(g.in_c))));
+    const int64_t fit_c = std::max<int64_t>(1, budget / (width + reach));
+    const int64_t most_c = std::max(least_c, fit_c);
+    const int64_t blocks = (g.in_c + most_c - 1) / most_c;
     block_c = (g.in_c + blocks - 1) / blocks;
   }
   for (int64_t c0 = 0; c0 < g.in_c; c0 += block_c) {
@@ -412,64 +439,82 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
                       int64_t oc_end, const Epilogue& epilogue, const PlaneView* residual,
                       std::vector<float>& scratch) {
   using Kind = PackedConv::Impl::Kind;
-  const SparseMatrix& a = impl.sparse.front();
-  // Output rows [r0, r1) straight into dst (contiguous out_w-wide rows of each plane) with the
-  // whole epilogue, from B rows at `offsets` from `b`.
-  auto direct = [&](int64_t r0, int64_t r1, const float* b, const int32_t* offsets) {
+  // The product over the K-blocks in order into `out` (ldo apart), each adding to the partial
+  // sums, `last` with the last block; B at `b`, block i's offsets from offsets_of(i).
+  auto product = [&](const float* b, int64_t n, float* out, int64_t ldo, const Epilogue& last,
+                     auto offsets_of) {
+    for (std::size_t i = 0; i < impl.sparse.size(); ++i) {
+      spmm(impl.sparse[i], offsets_of(i), oc_begin, oc_end, b, n, out, ldo,
+           i + 1 == impl.sparse.size() ? last : Epilogue{}, impl.sparse_isa, i > 0);
+    }
+  };
+  auto packed = [&](std::size_t i) { return impl.sparse[i].offsets(); };
+
+  if (impl.kind == Kind::kSpmm1x1 || impl.kind == Kind::kSpmmGathered1x1) {
+    // Output rows [oh_begin, oh_end) straight into dst (contiguous out_w-wide rows of each
+    // plane) with the whole epilogue.
+    const int64_t n = (oh_end - oh_begin) * g.out_w;
+    float* out = dst.data + oc_begin * dst.plane_stride + (oh_begin - dst.row0) * g.out_w;
     Epilogue e = epilogue;
     e.row_bias = impl.bias.data() + oc_begin;
     e.col_bias = nullptr;
     e.residual = nullptr;
     if (residual != nullptr) {
-      e.residual =
-          residual->data + oc_begin * residual->plane_stride + (r0 - residual->row0) * g.out_w;
+      e.residual = residual->data + oc_begin * residual->plane_stride +
+                   (oh_begin - residual->row0) * g.out_w;
       e.residual_ld = residual->plane_stride;
     }
-    spmm(a, offsets, oc_begin, oc_end, b, (r1 - r0) * g.out_w,
-         dst.data + oc_begin * dst.plane_stride + (r0 - dst.row0) * g.out_w, dst.plane_stride, e,
-         impl.sparse_isa);
-  };
-
-  if (impl.kind == Kind::kSpmmGathered1x1) {
-    // The pixels the output rows read, one dense plane per channel (planes a whole output image
-    // apart, each row at its place; rows no call computes are never touched), then the stride-1
-    // product over all of them at once.
-    const int64_t plane = g.out_h * g.out_w;
-    scratch.resize(std::max(scratch.size(), static_cast<std::size_t>(g.in_c * plane)));
+    const float* in = src.data + (oh_begin * g.stride_h - src.row0) * g.in_w;
+    if (impl.kind == Kind::kSpmm1x1 && line_aligned(in) && src.plane_stride % kLineFloats == 0) {
+      if (src.plane_stride == impl.b_plane) {
+        product(in, n, out, dst.plane_stride, e, packed);
+        return;
+      }
+      // A tile buffer (the depth-wise schedule) with other aligned planes: re-mapping the
+      // offsets costs one pass over the non-zeros, against one per tile of pixels for the product.
+      thread_local std::vector<int64_t> b_rows;
+      thread_local std::vector<std::vector<int32_t>> offsets;
+      offsets.resize(std::max(offsets.size(), impl.sparse.size()));
+      for (std::size_t i = 0, c0 = 0; i < impl.sparse.size(); ++i) {
+        const SparseMatrix& block = impl.sparse[i];
+        b_rows.resize(static_cast<std::size_t>(block.depth()));
+        for (int64_t& offset : b_rows) offset = static_cast<int64_t>(c0++) * src.plane_stride;
+        block.offsets_for(b_rows, offsets[i]);
+      }
+      product(in, n, out, dst.plane_stride, e, [&](std::size_t i) { return offsets[i].data(); });
+      return;
+    }
+    // The pixels the output rows read, from the start of planes b_plane apart: gathered with
+    // the stride for a strided layer, else a plain copy, made where the input's planes or this
+    // region's first pixel are not on a cache line. Read in place, every vector load of B would
+    // straddle two lines: ResNet-50's 1x1 layers on 14x14 and 7x7 planes (196 and 49 floats
+    // apart) ran 1.2-1.4x faster with the copy and K-blocks than in place in one block (aligned
+    // tensors, bench/spmm_bench.cc, one thread, Zen 5, three alternated runs; most of it the
+    // alignment: 1.1x of it the blocks, on 1024->256).
+    float* planes = aligned_scratch(scratch, g.in_c * impl.b_plane);
     for (int64_t c = 0; c < g.in_c; ++c) {
-      float* to = scratch.data() + c * plane + oh_begin * g.out_w;
-      for (int64_t oh = oh_begin; oh < oh_end; ++oh, to += g.out_w) {
-        const float* from = src.data + c * src.plane_stride + (oh * g.stride_h - src.row0) * g.in_w;
+      const float* from = in + c * src.plane_stride;
+      float* to = planes + c * impl.b_plane;
+      if (impl.kind == Kind::kSpmm1x1) {
+        std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
+        continue;
+      }
+      for (int64_t oh = oh_begin; oh < oh_end; ++oh, to += g.out_w, from += g.stride_h * g.in_w) {
         copy_strided(from, g.stride_w, g.out_w, to);
       }
     }
-    direct(oh_begin, oh_end, scratch.data() + oh_begin * g.out_w, a.offsets());
-    return;
-  }
-  if (impl.kind == Kind::kSpmm1x1) {
-    const float* b = src.data + (oh_begin - src.row0) * g.in_w;
-    if (src.plane_stride == g.in_h * g.in_w) {
-      direct(oh_begin, oh_end, b, a.offsets());
-      return;
-    }
-    // A tile buffer (the depth-wise schedule): the same planes at another stride. Re-mapping
-    // costs one pass over the non-zeros, against one pass per output pixel for the product.
-    thread_local std::vector<int64_t> b_rows;
-    thread_local std::vector<int32_t> offsets;
-    b_rows.resize(static_cast<std::size_t>(g.in_c));
-    for (int64_t c = 0; c < g.in_c; ++c) b_rows[static_cast<std::size_t>(c)] = c * src.plane_stride;
-    a.offsets_for(b_rows, offsets);
-    direct(oh_begin, oh_end, b, offsets.data());
+    product(planes, n, out, dst.plane_stride, e, packed);
     return;
   }
 
   // Phases: the kernel computes phase_w-wide rows into scratch, with the whole epilogue unless
   // there is a residual: that one and the activation after it are applied on the copy out,
-  // where the output's own row length applies.
+  // where the output's own row length applies. Each channel's rows start on a cache line, so
+  // that the K-blocks' partial sums are whole lines.
   const int64_t pw = impl.phase_w, halo = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
-  const int64_t in_floats = g.in_c * g.stride_h * g.stride_w * impl.phase_plane;
-  scratch.resize(static_cast<std::size_t>(in_floats + (oc_end - oc_begin) * impl.chunk_rows * pw));
-  float* planes = scratch.data();
+  const int64_t in_floats = g.in_c * g.stride_h * g.stride_w * impl.b_plane;
+  const int64_t ldo = round_up_to_line(impl.chunk_rows * pw);
+  float* planes = aligned_scratch(scratch, in_floats + (oc_end - oc_begin) * ldo);
   float* out = planes + in_floats;
   Epilogue inner;
   inner.row_bias = impl.bias.data() + oc_begin;
@@ -479,22 +524,16 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
   if (residual == nullptr) inner.post_residual = epilogue.post_residual;
   for (int64_t r0 = oh_begin; r0 < oh_end; r0 += impl.chunk_rows) {
     const int64_t rows = std::min(oh_end - r0, impl.chunk_rows);
-    fill_phases(g, src, r0, r0 + rows, rows + halo, pw, impl.phase_plane, planes);
+    fill_phases(g, src, r0, r0 + rows, rows + halo, pw, impl.b_plane, planes);
     const int64_t n = (rows - 1) * pw + g.out_w;
-    // Block by block into the partial sums in `out`, the epilogue with the last block.
-    for (std::size_t b = 0; b < impl.sparse.size(); ++b) {
-      const SparseMatrix& block = impl.sparse[b];
-      const bool last = b + 1 == impl.sparse.size();
-      spmm(block, block.offsets(), oc_begin, oc_end, planes, n, out, n, last ? inner : Epilogue{},
-           impl.sparse_isa, b > 0);
-    }
+    product(planes, n, out, ldo, inner, packed);
     for (int64_t oc = oc_begin; oc < oc_end; ++oc) {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t oh = r0 + r;
         const float* res = residual == nullptr ? nullptr
                                                : residual->data + oc * residual->plane_stride +
                                                      (oh - residual->row0) * g.out_w;
-        finish_row(out + (oc - oc_begin) * n + r * pw, res, g.out_w, epilogue,
+        finish_row(out + (oc - oc_begin) * ldo + r * pw, res, g.out_w, epilogue,
                    dst.data + oc * dst.plane_stride + (oh - dst.row0) * g.out_w);
       }
     }

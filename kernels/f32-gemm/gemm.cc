@@ -30,8 +30,6 @@
 // read in place (gemm_packed_strips), as is a linear layer's weight packed at load (PackedB).
 #include "f32-gemm/gemm.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -45,13 +43,6 @@
 namespace sparsecol::kernels {
 namespace {
 
-// Per-core cache sizes from the OS (glibc reads CPUID): Zen 3 has 32 KiB L1d and 512 KiB L2,
-// Zen 5 48 KiB and 1 MiB. The fallbacks are Zen 3's.
-int64_t cache_size(int name, int64_t fallback) {
-  const long size = sysconf(name);
-  return size > 0 ? size : fallback;
-}
-
 struct Blocking {
   int64_t kc, mc, nc;
 };
@@ -63,8 +54,7 @@ struct Blocking {
 // as L2 measured slower (it evicts itself and A). MC: the MC x KC block of A is the other half
 // of L2 (Zen 3: MC = 256 rows at KC = 256), so that it is still there for the next N block.
 Blocking choose_blocking(const GemmUkernel& ukernel, int64_t k) {
-  static const int64_t l1 = cache_size(_SC_LEVEL1_DCACHE_SIZE, 32 * 1024);
-  static const int64_t l2 = cache_size(_SC_LEVEL2_CACHE_SIZE, 512 * 1024);
+  const int64_t l1 = core_caches().l1d, l2 = core_caches().l2;
   const int64_t mr = ukernel.mr, nr = ukernel.nr;
   const int64_t kc_max = std::max<int64_t>(64, l1 / 2 / (nr * 4));
   const int64_t k_blocks = std::max<int64_t>(1, (k + kc_max - 1) / kc_max);

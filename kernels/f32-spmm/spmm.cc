@@ -11,6 +11,7 @@
 
 #include "f32-eltwise/eltwise.h"
 #include "f32-gemm/gemm.h"
+#include "scratch.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::kernels {
@@ -232,8 +233,11 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
   const int64_t features = feature_end - feature_begin, k = w.depth();
   if (tokens <= 0 || features == 0) return;
   const std::size_t xt_size = static_cast<std::size_t>(k * kSpmmTokenBlock);
-  scratch.resize(static_cast<std::size_t>(sparse_linear_scratch_floats(k)));
-  float* yt = scratch.data() + xt_size;
+  // X^T's rows are kSpmmTokenBlock floats, whole cache lines, so from an aligned start no vector
+  // load of B straddles two lines: BERT-base's linear layers at 90% and 95% ran 1.0-1.5x faster
+  // than from malloc's 16-byte alignment (bench/spmm_bench.cc, one thread, Zen 5).
+  float* xt = aligned_scratch(scratch, sparse_linear_scratch_floats(k));
+  float* yt = xt + xt_size;
   // The kernel applies the feature bias (a row bias of Y^T) and the activation before the
   // residual, with the last K block; the residual and the activation after it are applied after
   // transposing back, where the residual is read in its own (token-major) layout.
@@ -250,7 +254,6 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
     // FFN at batch 8) that ran 0.93x of the transposing version (2 threads, Zen 3), against
     // 1.04x with the copies (10 interleaved pairs, docs/BENCHMARKS.md).
     const float* xb = x + token_feature_offset(layouts.x, t0, 0, ldx);
-    float* xt = scratch.data();
     if (!x_blocks) {
       transpose_2d(xb, ldx, block, k, xt, kSpmmTokenBlock);
     } else {

@@ -294,7 +294,8 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
     (escapes[static_cast<std::size_t>(i)] ? c.bytes_to_memory : c.bytes_in_cache) += tensor_bytes;
     if (escapes[static_cast<std::size_t>(i)]) c.outputs.push_back(op.output);
     if (i + 1 < m) {
-      requests.push_back({max_rows * op.row_bytes(), kept ? 0 : i, kept ? m : last_reader[i]});
+      requests.push_back(
+          {op.channels * op.plane_floats(max_rows) * 4, kept ? 0 : i, kept ? m : last_reader[i]});
     }
   }
   std::rotate(c.outputs.rbegin(), c.outputs.rbegin() + 1, c.outputs.rend());  // anchor first

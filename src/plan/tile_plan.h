@@ -33,6 +33,7 @@
 
 #include "graph/graph.h"
 #include "runtime/kernel_bindings.h"
+#include "scratch.h"
 
 namespace sparsecol::plan {
 
@@ -94,6 +95,10 @@ struct TileOp {
   int64_t scratch_bytes_per_row = 0;
   int64_t scratch_cap_bytes = 0;
   int64_t row_bytes() const { return channels * width * 4; }  // one output row, all channels
+  // Floats from one channel plane of a tile buffer of `rows` rows to the next: whole cache lines,
+  // so that every plane starts on one (the sparse 1x1 convolutions read such planes in place and
+  // copy any others, f32-conv/conv.cc).
+  int64_t plane_floats(int64_t rows) const { return kernels::round_up_to_line(rows * width); }
 };
 
 // The node as a tile op, or nullopt with `why_not` saying why it needs the whole tensor.

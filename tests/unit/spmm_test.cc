@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <span>
@@ -428,7 +429,8 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       {"7x7_s2_p3_stem", 3, 16, 21, 21, 7, 2, 3, 1, 1},
       {"3x3_s1_7x7_image", 32, 40, 7, 7, 3, 1, 1, 1, 1},
       // Enough input channels that the phase path splits them into K-blocks at every ISA's
-      // tile (conv.cc, kSparseL1Budget): 3 to 7 blocks, the channel count not dividing.
+      // tile (conv.cc, sparse_l1_budget_floats): several blocks below 99%, the channel count
+      // not dividing.
       {"3x3_s1_k_blocks", 145, 6, 5, 21, 3, 1, 1, 1, 1},
   };
   for (const SparseConvCase& c : cases) {
@@ -448,6 +450,75 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       check_conv_region(conv, p, r0, std::min(g.out_h, r0 + 3), c0,
                         std::min(g.out_c, c0 + 1 + static_cast<int64_t>(rng() % 9)));
       if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// The 1x1 lowering reads B in place where its planes are whole cache lines apart and the region
+// starts on a line (with the packed offsets, or offsets re-mapped for a tile buffer's stride),
+// and from an aligned copy otherwise (conv.cc, sparse_conv_rows); with enough channels for
+// several K-blocks. Every way must give the bits of the whole aligned image, which must match
+// the reference.
+TEST_P(SparseConvTest, PointwiseGivesTheSameBitsWhereverBLies) {
+  std::mt19937 rng(78);
+  // 8 x 12 planes: 96 floats, six lines; rows start on a line every fourth row.
+  const kernels::ConvGeometry g = make_geometry({"1x1", 400, 24, 8, 12, 1, 1, 0, 1, 1});
+  const int64_t plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  ConvProblem p(g, 0.5, rng);
+  p.has_residual = true;
+  p.expected =
+      expected_conv(g, p.src.data(), p.weight.data(), p.bias.data(), p.residual.data(), p.epilogue);
+  const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), 0.0, GetParam());
+  ASSERT_STREQ(conv.weight_format(), "sparse-csr");
+
+  // Line-aligned room for a copy of the input planes `stride` apart, from `first` floats past
+  // the line (0: aligned).
+  std::vector<float> storage;
+  auto place = [&](int64_t row_begin, int64_t row_end, int64_t stride, int64_t first) {
+    storage.assign(static_cast<std::size_t>(g.in_c * stride + first + 16), 0.0f);
+    float* base = storage.data();
+    while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+    base += first;
+    for (int64_t c = 0; c < g.in_c; ++c) {
+      std::copy_n(p.src.begin() + c * plane + row_begin * g.in_w, (row_end - row_begin) * g.in_w,
+                  base + c * stride);
+    }
+    return kernels::PlaneView{base, row_begin, stride};
+  };
+  std::vector<float> scratch;
+  auto run = [&](const kernels::PlaneView& src, int64_t r0, int64_t r1) {
+    std::vector<float> out(static_cast<std::size_t>(g.out_c * out_plane), kSentinel);
+    const kernels::PlaneView dst{out.data(), 0, out_plane};
+    const kernels::PlaneView res{p.residual.data(), 0, out_plane};
+    kernels::conv2d_region(conv, src, dst, r0, r1, 0, g.out_c, p.epilogue, &res, scratch);
+    return out;
+  };
+  const std::vector<float> whole = run(place(0, g.in_h, plane, 0), 0, g.in_h);  // in place
+  const float tolerance = 2e-5f * std::sqrt(static_cast<float>(g.in_c)) + 1e-5f;
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    ASSERT_NEAR(whole[i], p.expected[i], tolerance * (1.0f + std::abs(p.expected[i]))) << i;
+  }
+  struct Way {
+    const char* name;
+    int64_t r0, r1, tile_first, tile_last, stride, first;
+  };
+  const Way ways[] = {
+      {"rows on a line, in place", 4, 8, 0, g.in_h, plane, 0},
+      {"tile buffer with other aligned planes", 2, 6, 2, 6, 4 * g.in_w, 0},
+      {"misaligned tensor", 0, g.in_h, 0, g.in_h, plane, 1},
+      {"first row off a line", 1, 6, 0, g.in_h, plane, 0},
+      {"planes off lines", 3, 7, 3, 7, 4 * g.in_w + 4, 0},
+  };
+  for (const Way& way : ways) {
+    SCOPED_TRACE(way.name);
+    const std::vector<float> got =
+        run(place(way.tile_first, way.tile_last, way.stride, way.first), way.r0, way.r1);
+    for (int64_t c = 0; c < g.out_c; ++c) {
+      for (int64_t i = 0; i < out_plane; ++i) {
+        const std::size_t at = static_cast<std::size_t>(c * out_plane + i);
+        const bool inside = i >= way.r0 * g.out_w && i < way.r1 * g.out_w;
+        ASSERT_EQ(got[at], inside ? whole[at] : kSentinel) << "channel " << c << " pixel " << i;
+      }
     }
   }
 }

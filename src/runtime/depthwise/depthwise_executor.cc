@@ -286,7 +286,7 @@ class DepthwiseExecutor final : public Executor {
   }
 
   // The planner's arena (with PlanOptions::rolling as tile_reuse says); op k's buffer holds its
-  // most rows of any tile, so its channel planes are that many rows apart.
+  // most rows of any tile, so its channel planes are that many rows apart (in whole lines).
   void layout_tile_buffers(ColumnRun& run) const {
     const plan::Column& c = *run.column;
     run.rolling = options_.tile_reuse == TileReuse::kRolling;
@@ -298,7 +298,7 @@ class DepthwiseExecutor final : public Executor {
       for (const std::vector<plan::RowRange>& tile : c.rows) {
         max_rows = std::max(max_rows, tile[k].size());
       }
-      run.plane_stride[k] = max_rows * c.ops[k].width;
+      run.plane_stride[k] = c.ops[k].plane_floats(max_rows);
     }
   }
 
