@@ -248,11 +248,13 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   // pixels (ResNet-50's 3x3 64 at 56x56: 46 KiB), so every non-zero's B row came from L2; the
   // phase path instead runs the product over blocks of input channels whose tiles fit
   // sparse_l1_budget_floats(), adding each block to the partial sums (SpmmArgs::accumulate).
-  // Grouped convolutions keep one block (a group's channels are already few), and so do strided
-  // ones: with this and the whole epilogue in the kernel (finish_row), ResNet-50's stride-1 3x3
-  // layers ran 1.0-1.7x faster at 90% and 95% (bench/spmm_bench.cc, ratios to the dense kernel
-  // of the same run, two runs), but its stride-2 one, whose 4 phase planes per channel left 9
-  // blocks of 15 channels (~6-13 non-zeros per row and block), ran 0.8x at 95%.
+  // Grouped convolutions keep one block (a group's channels are already few). With this and the
+  // whole epilogue in the kernel (finish_row), ResNet-50's stride-1 3x3 layers ran 1.0-1.7x
+  // faster at 90% and 95% (bench/spmm_bench.cc, ratios to the dense kernel of the same run, two
+  // runs, Zen 3), but its stride-2 one, whose 4 phase planes per channel left 9 blocks of 15
+  // channels (~6-13 non-zeros per row and block), ran 0.8x at 95%; with the floor on non-zeros
+  // below, its stride-2 3x3 layers ran 1.05-1.2x faster with blocks than without (Zen 5, three
+  // alternated runs).
   // 1x1 layers read one tile per channel (the tile no wider than the image).
   // Every block keeps at least kMinBlockNonZeros non-zeros per output row on average: a row's
   // fixed costs (loading and storing its partial sums, the loop exit) are paid once per block.
@@ -263,12 +265,14 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   // at 95%) are unaffected.
   int64_t block_c = g.in_c;
   const bool phases = impl.kind == Kind::kSpmmPhases;
-  if (g.groups == 1 && (!phases || (g.stride_h == 1 && g.stride_w == 1))) {
+  if (g.groups == 1) {
     const int64_t tile = default_spmm_ukernel(impl.sparse_isa).tile;
-    const int64_t reach =
-        phases ? (g.kernel_h - 1) * g.dilation_h * impl.phase_w + (g.kernel_w - 1) * g.dilation_w
-               : 0;
-    const int64_t width = phases ? tile : std::min(tile, round_up_to_line(g.out_h * g.out_w));
+    const int64_t reach = phases ? (g.kernel_h - 1) * g.dilation_h / g.stride_h * impl.phase_w +
+                                       (g.kernel_w - 1) * g.dilation_w / g.stride_w
+                                 : 0;
+    // A tile of each phase plane, or of the (gathered) input plane, no wider than the image.
+    const int64_t width = phases ? g.stride_h * g.stride_w * tile
+                                 : std::min(tile, round_up_to_line(g.out_h * g.out_w));
     const int64_t budget = sparse_l1_budget_floats();
     const double nnz_per_channel = (1.0 - impl.sparsity) * static_cast<double>(taps);
     const int64_t least_c = static_cast<int64_t>(std::ceil(
@@ -601,8 +605,7 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
   const int64_t block_c = std::min(ic_per_group, (16 + taps - 1) / taps);
   const int64_t max_n = std::min(chunk, oh_end - oh_begin) * g.out_w;
   const int64_t strip_floats = depth * ((max_n + nr - 1) / nr) * nr;
-  scratch.resize(static_cast<std::size_t>(strip_floats + block_c * taps * max_n));
-  float* strips = scratch.data();
+  float* strips = aligned_scratch(scratch, strip_floats + block_c * taps * max_n);
   float* block = strips + strip_floats;
   for (int64_t r0 = oh_begin; r0 < oh_end; r0 += chunk) {
     const int64_t r1 = std::min(oh_end, r0 + chunk);

@@ -38,6 +38,7 @@
 #include <fmt/format.h>
 
 #include "f32-gemm/ukernels.h"
+#include "scratch.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::kernels {
@@ -202,8 +203,9 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(k, kc));
   const bool pack_b = !b.strips && m > mr && k > 0;
   // One buffer per thread: callers run this on several threads at once, one region each.
-  thread_local std::vector<float> packed_b;
-  if (pack_b) packed_b.resize(static_cast<std::size_t>(kc * ceil_div(std::min(n, nc), nr) * nr));
+  thread_local std::vector<float> packed_b_scratch;
+  float* packed_b =
+      pack_b ? aligned_scratch(packed_b_scratch, kc * ceil_div(std::min(n, nc), nr) * nr) : nullptr;
 
   GemmUkernelArgs args;
   args.ldc = ldc;
@@ -217,7 +219,7 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
       args.k = k1 - k0;
       args.accumulate = kb > 0;
       if (pack_b)
-        ukernel.pack_b(b.data + k0 * b.ldb + n0, b.ldb, k1 - k0, n1 - n0, packed_b.data(),
+        ukernel.pack_b(b.data + k0 * b.ldb + n0, b.ldb, k1 - k0, n1 - n0, packed_b,
                        (k1 - k0) * nr);
       args.ldb = pack_b || b.strips ? nr : b.ldb;
       for (int64_t m0 = 0; m0 < m; m0 += mc) {
@@ -225,7 +227,7 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
         auto tile = [&](int64_t i, int64_t j) {
           args.n = std::min(nr, n1 - j);
           args.b = b.strips ? b.data + j / nr * k * nr + k0 * nr
-                   : pack_b ? packed_b.data() + (j - n0) * (k1 - k0)
+                   : pack_b ? packed_b + (j - n0) * (k1 - k0)
                             : b.data + k0 * b.ldb + j;
           args.m = std::min(mr, m1 - i);
           args.a = packed_a + i * k + k0 * mr;  // panel i / mr starts at (i / mr) * mr * k
