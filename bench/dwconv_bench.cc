@@ -2,6 +2,8 @@
 // image in one call, one thread, Clip(0, 6) fused as the network does), once per kernel
 // (DwconvMethod): "planes" (per-plane vectors) and "lanes" (channels in the lanes) side by side,
 // so that one noisy run compares them. Counters: GFLOPs (2 per multiply-add).
+// Also pool2d_rows on ResNet-50's stem max pooling (3x3 stride 2 over 64x112x112), which takes
+// the same channel-lane kernel on AVX2 and AVX-512; counter: outputs per second.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "f32-dwconv/dwconv.h"
+#include "f32-pool/pool.h"
 #include "random_data.h"
 
 namespace {
@@ -61,7 +64,32 @@ void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod meth
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void resnet50_max_pool(benchmark::State& state) {
+  sparsecol::kernels::PoolGeometry g;
+  g.channels = 64;
+  g.in_h = g.in_w = 112;
+  g.kernel_h = g.kernel_w = 3;
+  g.stride_h = g.stride_w = 2;
+  g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
+  g.out_h = g.out_w = 56;
+  std::mt19937 rng(1);
+  const sparsecol::bench::Floats src = sparsecol::bench::random_floats(64 * 112 * 112, rng);
+  sparsecol::bench::Floats dst(64 * 56 * 56);
+  std::vector<float> scratch;
+  for (auto _ : state) {
+    sparsecol::kernels::pool2d_rows(sparsecol::kernels::PoolKind::kMax, g,
+                                    {const_cast<float*>(src.data()), 0, 112 * 112},
+                                    {dst.data(), 0, 56 * 56}, 0, 56, scratch);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["outputs"] = benchmark::Counter(static_cast<double>(dst.size()),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
 const bool kRegistered = [] {
+  benchmark::RegisterBenchmark("pool/resnet50/max_3x3s2_64x112", resnet50_max_pool)
+      ->Unit(benchmark::kMicrosecond);
   for (const Layer& layer : kLayers) {
     for (const auto& [method, name] : {std::pair{DwconvMethod::kPlanes, "planes"},
                                        std::pair{DwconvMethod::kChannelLanes, "lanes"}}) {

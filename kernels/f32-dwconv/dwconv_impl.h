@@ -144,10 +144,13 @@ inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const
   // (bench/dwconv_bench.cc, dwconv.h).
   const bool lanes =
       method == DwconvMethod::kChannelLanes || (method == DwconvMethod::kAuto && kTransposeTuned);
-  const int64_t lanes_c = lanes && lanes_supported(g) ? g.in_c / kLanes * kLanes : 0;
+  const WindowGeometry wg{g.in_h,     g.in_w,    g.out_w,    g.kernel_h,   g.kernel_w,  g.stride_h,
+                          g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w};
+  const int64_t lanes_c = lanes && lanes_supported(wg, g.in_c) ? g.in_c / kLanes * kLanes : 0;
   if (lanes_c > 0) {
-    dwconv3x3_lanes(g, weight, bias, src, dst, oh_begin, oh_end, epilogue, residual, lanes_c,
-                    scratch);
+    window3x3_lanes(
+        wg, lanes_c, 0.0f, [&](int64_t c0) { return lane_taps(weight, bias, c0); }, src, dst,
+        oh_begin, oh_end, epilogue, residual, scratch);
   }
   if (lanes_c == g.in_c) return;
   // The remaining channels, through the per-plane kernel on views shifted by lanes_c channels.

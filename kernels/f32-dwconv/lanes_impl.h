@@ -1,6 +1,6 @@
-// The channel-lane 3x3 depthwise kernel (DwconvMethod::kChannelLanes, see dwconv.h): kLanes
-// channels per vector instead of kLanes pixels of one plane. Include only from .cc files (see
-// f32-eltwise/simd.h).
+// The channel-lane 3x3 window kernel: the depthwise convolution's DwconvMethod::kChannelLanes
+// (see dwconv.h) and the 3x3 max pooling (f32-pool/pool_impl.h). kLanes channels per vector
+// instead of kLanes pixels of one plane. Include only from .cc files (see f32-eltwise/simd.h).
 //
 // Why: on NCHW planes a vector holds pixels of one channel, so a 7x7 or 14x14 plane wastes lanes
 // (7 of 8, 14 of 16) and pays a fixed cost per channel and row (a padded copy of every input row,
@@ -16,7 +16,7 @@
 // 144x56x56, 192x28x28), 3.7-4.5x (192x28x28 stride 2 and every 14x14 and 7x7 layer).
 //
 // Per block of kLanes channels, output row by output row: the 3 input rows an output row reads
-// live transposed ([column][lane], zero-padded columns and rows) in a ring of 3 rows, so each
+// live transposed ([column][lane], padded columns and rows) in a ring of 3 rows, so each
 // input row is transposed once (stride 1: one new row per output row, stride 2: two); an output
 // row is computed into a [column][lane] buffer, then transposed back into the kLanes planes.
 // Accumulation order per output (bias, then taps ky-major, x * w + acc) is the per-plane
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "f32-conv/conv.h"
+#include "f32-dwconv/window_impl.h"
 #include "f32-eltwise/simd.h"
 
 namespace sparsecol::kernels {
@@ -130,30 +131,46 @@ inline void store_few(float* p, Vec v, int64_t count) {
 #endif
 }
 
-// Whether the channel-lane kernel serves geometry g (MobileNetV2's depthwise layers).
-inline bool lanes_supported(const ConvGeometry& g) {
+// Whether the channel-lane kernel serves a window of geometry g over `channels` channels
+// (MobileNetV2's depthwise layers, ResNet-50's max pooling).
+inline bool lanes_supported(const WindowGeometry& g, int64_t channels) {
   return g.kernel_h == 3 && g.kernel_w == 3 && g.dilation_h == 1 && g.dilation_w == 1 &&
          g.stride_h == g.stride_w && (g.stride_w == 1 || g.stride_w == 2) && g.pad_left <= 2 &&
-         g.in_c >= kLanes;
+         channels >= kLanes;
 }
 
-// One output row of one channel block: out[ox] = bias + sum of taps for ox < out_w, `rows` the
-// 3 transposed input rows it reads. Four outputs at a time: four independent FMA chains hide the
-// FMA latency while the 9 weights stay in registers (the epilogue runs after the transpose back,
-// which keeps its constants out of this loop's registers).
-template <int64_t S>
-inline void lanes_row(const float* const* rows, const Vec* w, Vec bias, int64_t out_w, float* out) {
+// What a window computes over its taps, one channel block at a time (the per-plane engine's Op,
+// window_impl.h): the depthwise convolution, bias + sum of x * w over the taps, with the block's
+// 9 weights and bias held in registers...
+struct LaneTaps {
+  Vec w[9], bias;
+  Vec init() const { return bias; }
+  Vec step(Vec a, Vec x, int64_t t) const { return fmadd(x, w[t], a); }
+};
+// ... and max pooling.
+struct LaneMax {
+  Vec init() const { return splat(-std::numeric_limits<float>::infinity()); }
+  Vec step(Vec a, Vec x, int64_t) const { return vmax(a, x); }
+};
+
+// One output row of one channel block: out[ox] = the fold of op over the taps, taps ky-major,
+// for ox < out_w, `rows` the 3 transposed input rows it reads. Four outputs at a time: four
+// independent chains hide the FMA latency while the op's constants stay in registers (the
+// epilogue runs after the transpose back, which keeps its constants out of this loop's
+// registers).
+template <int64_t S, typename Op>
+inline void lanes_row(const float* const* rows, const Op& op, int64_t out_w, float* out) {
   int64_t ox = 0;
   for (; ox + 4 <= out_w; ox += 4) {
-    Vec a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+    Vec a0 = op.init(), a1 = a0, a2 = a0, a3 = a0;
     for (int ky = 0; ky < 3; ++ky) {
       for (int kx = 0; kx < 3; ++kx) {
         const float* p = rows[ky] + (ox * S + kx) * kLanes;
-        const Vec wt = w[ky * 3 + kx];
-        a0 = fmadd(load(p), wt, a0);
-        a1 = fmadd(load(p + S * kLanes), wt, a1);
-        a2 = fmadd(load(p + 2 * S * kLanes), wt, a2);
-        a3 = fmadd(load(p + 3 * S * kLanes), wt, a3);
+        const int64_t t = ky * 3 + kx;
+        a0 = op.step(a0, load(p), t);
+        a1 = op.step(a1, load(p + S * kLanes), t);
+        a2 = op.step(a2, load(p + 2 * S * kLanes), t);
+        a3 = op.step(a3, load(p + 3 * S * kLanes), t);
       }
     }
     store(out + ox * kLanes, a0);
@@ -162,10 +179,10 @@ inline void lanes_row(const float* const* rows, const Vec* w, Vec bias, int64_t 
     store(out + (ox + 3) * kLanes, a3);
   }
   for (; ox < out_w; ++ox) {
-    Vec a = bias;
+    Vec a = op.init();
     for (int ky = 0; ky < 3; ++ky) {
       for (int kx = 0; kx < 3; ++kx)
-        a = fmadd(load(rows[ky] + (ox * S + kx) * kLanes), w[ky * 3 + kx], a);
+        a = op.step(a, load(rows[ky] + (ox * S + kx) * kLanes), ky * 3 + kx);
     }
     store(out + ox * kLanes, a);
   }
@@ -250,40 +267,34 @@ inline void store_back(const float* out, int64_t out_w, const Epilogue& e, const
   }
 }
 
-// Channels [0, c_end) (a multiple of kLanes) of output rows [oh_begin, oh_end); see the top of
-// this file. Arguments as dwconv2d_rows.
-inline void dwconv3x3_lanes(const ConvGeometry& g, const float* weight, const float* bias,
-                            const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
-                            int64_t oh_end, const Epilogue& e, const PlaneView* residual,
-                            int64_t c_end, std::vector<float>& scratch) {
+// Channels [0, c_end) (a multiple of kLanes) of output rows [oh_begin, oh_end) of a 3x3 window
+// (lanes_supported); see the top of this file. make_op(c0) gives the Op of the block from channel
+// c0 (LaneTaps, LaneMax); positions in the padding read `pad`; the store applies the epilogue
+// and `residual` (nullptr: none) as dwconv2d_rows does.
+template <typename MakeOp>
+inline void window3x3_lanes(const WindowGeometry& g, int64_t c_end, float pad,
+                            const MakeOp& make_op, const PlaneView& src, const PlaneView& dst,
+                            int64_t oh_begin, int64_t oh_end, const Epilogue& e,
+                            const PlaneView* residual, std::vector<float>& scratch) {
   const int64_t s = g.stride_w;
   const int64_t padded_w = (g.out_w - 1) * s + 3;  // padded columns the outputs read
   const int64_t cols = std::clamp(padded_w - g.pad_left, int64_t{0}, g.in_w);  // input columns read
   const int64_t row_floats = padded_w * kLanes;
   const int64_t out_blocks = (g.out_w + kLanes - 1) / kLanes;
-  scratch.assign(static_cast<std::size_t>(3 * row_floats + out_blocks * kLanes * kLanes), 0.0f);
-  float* ring = scratch.data();  // zeroed: the padding columns stay zero for the whole call
+  // The padding columns keep `pad` for the whole call.
+  scratch.assign(static_cast<std::size_t>(3 * row_floats + out_blocks * kLanes * kLanes), pad);
+  float* ring = scratch.data();
   float* out = ring + 3 * row_floats;
   const StoreMode mode = store_mode(e, residual);
   auto slot = [&](int64_t v) { return ring + (v % 3 + 3) % 3 * row_floats; };
 
   for (int64_t c0 = 0; c0 < c_end; c0 += kLanes) {
-    // The block's 9 weights and bias as vectors (built through memory: element inserts into
-    // generic vectors draw GCC 12's spurious maybe-uninitialized warnings).
-    Vec w[9];
-    float lane[kLanes];
-    for (int t = 0; t < 9; ++t) {
-      for (int i = 0; i < kLanes; ++i) lane[i] = weight[(c0 + i) * 9 + t];
-      w[t] = load(lane);
-    }
-    for (int i = 0; i < kLanes; ++i) lane[i] = bias != nullptr ? bias[c0 + i] : 0.0f;
-    const Vec b = load(lane);
-
-    // Transposes input row v of the block into its ring slot (zeros outside the image).
+    const auto op = make_op(c0);
+    // Transposes input row v of the block into its ring slot (`pad` outside the image).
     auto fill = [&](int64_t v) {
       float* row = slot(v) + g.pad_left * kLanes;
       if (v < 0 || v >= g.in_h) {
-        std::fill_n(row, cols * kLanes, 0.0f);
+        std::fill_n(row, cols * kLanes, pad);
         return;
       }
       const float* plane = src.data + c0 * src.plane_stride + (v - src.row0) * g.in_w;
@@ -305,9 +316,9 @@ inline void dwconv3x3_lanes(const ConvGeometry& g, const float* weight, const fl
       for (; next < v0 + 3; ++next) fill(next);
       const float* rows[3] = {slot(v0), slot(v0 + 1), slot(v0 + 2)};
       if (s == 1) {
-        lanes_row<1>(rows, w, b, g.out_w, out);
+        lanes_row<1>(rows, op, g.out_w, out);
       } else {
-        lanes_row<2>(rows, w, b, g.out_w, out);
+        lanes_row<2>(rows, op, g.out_w, out);
       }
       const float* res = residual == nullptr ? nullptr
                                              : residual->data + c0 * residual->plane_stride +
@@ -319,6 +330,21 @@ inline void dwconv3x3_lanes(const ConvGeometry& g, const float* weight, const fl
       });
     }
   }
+}
+
+// The depthwise convolution's block op: channels [c0, c0 + kLanes) of the [C x 9] weights and
+// the bias (nullptr: zero), as vectors (built through memory: element inserts into generic
+// vectors draw GCC 12's spurious maybe-uninitialized warnings).
+inline LaneTaps lane_taps(const float* weight, const float* bias, int64_t c0) {
+  LaneTaps op;
+  float lane[kLanes];
+  for (int t = 0; t < 9; ++t) {
+    for (int i = 0; i < kLanes; ++i) lane[i] = weight[(c0 + i) * 9 + t];
+    op.w[t] = load(lane);
+  }
+  for (int i = 0; i < kLanes; ++i) lane[i] = bias != nullptr ? bias[c0 + i] : 0.0f;
+  op.bias = load(lane);
+  return op;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "f32-dwconv/lanes_impl.h"
 #include "f32-dwconv/window_impl.h"
 #include "f32-pool/pool.h"
 
@@ -21,12 +22,10 @@ inline int64_t taps_in(int64_t first, int64_t kernel, int64_t dilation, int64_t 
   return count;
 }
 
-inline void pool2d_rows_impl(PoolKind kind, const PoolGeometry& g, const PlaneView& src,
-                             const PlaneView& dst, int64_t oh_begin, int64_t oh_end,
-                             std::vector<float>& scratch) {
-  if (oh_begin >= oh_end) return;
-  const WindowGeometry wg{g.in_h,     g.in_w,    g.out_w,    g.kernel_h,   g.kernel_w,  g.stride_h,
-                          g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w};
+// Channels [0, g.channels) by plane (see pool.h).
+inline void pool2d_planes(PoolKind kind, const PoolGeometry& g, const WindowGeometry& wg,
+                          const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
+                          int64_t oh_end, std::vector<float>& scratch) {
   const PaddedBlock b = plan_block(wg, oh_begin, oh_end);
   const int64_t block_size = b.rows * b.row_len;
   scratch.resize(static_cast<std::size_t>(block_size + 2 * b.out_w_padded + fill_scratch_size(b)));
@@ -76,6 +75,34 @@ inline void pool2d_rows_impl(PoolKind kind, const PoolGeometry& g, const PlaneVi
       std::copy(acc, acc + g.out_w, out);
     }
   }
+}
+
+inline void pool2d_rows_impl(PoolKind kind, const PoolGeometry& g, const PlaneView& src,
+                             const PlaneView& dst, int64_t oh_begin, int64_t oh_end,
+                             std::vector<float>& scratch) {
+  if (oh_begin >= oh_end) return;
+  const WindowGeometry wg{g.in_h,     g.in_w,    g.out_w,    g.kernel_h,   g.kernel_w,  g.stride_h,
+                          g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w};
+  // A 3x3 max (ResNet-50's stem pooling) takes the depthwise convolution's channel-lane kernel
+  // where its transposes are tuned, as the depthwise layers do (f32-dwconv/lanes_impl.h). On
+  // ResNet-50's 64x112x112 stride-2 pooling, one thread, Zen 5: per plane 252 us in the model
+  // against oneDNN's 65 (ONEDNN_VERBOSE), by channel lanes 75 us (66-69 us alone,
+  // bench/dwconv_bench.cc pool/).
+  const int64_t lanes_c =
+      kind == PoolKind::kMax && kTransposeTuned && lanes_supported(wg, g.channels)
+          ? g.channels / kLanes * kLanes
+          : 0;
+  if (lanes_c > 0) {
+    window3x3_lanes(
+        wg, lanes_c, -std::numeric_limits<float>::infinity(), [](int64_t) { return LaneMax{}; },
+        src, dst, oh_begin, oh_end, Epilogue{}, nullptr, scratch);
+  }
+  if (lanes_c == g.channels) return;
+  PoolGeometry rest = g;
+  rest.channels = g.channels - lanes_c;
+  pool2d_planes(kind, rest, wg, {src.data + lanes_c * src.plane_stride, src.row0, src.plane_stride},
+                {dst.data + lanes_c * dst.plane_stride, dst.row0, dst.plane_stride}, oh_begin,
+                oh_end, scratch);
 }
 
 inline void global_average_pool_impl(const float* src, int64_t plane_stride, int64_t plane_size,

@@ -150,6 +150,10 @@ TEST_P(PoolTest, ModelShapesMatchReference) {
       // ResNet-50's stem max pool, 3x3 s2 p1 (channels and size cut for the test).
       {pool_geometry(8, 56, 3, 2, 1, false), kernels::PoolKind::kMax},
       {pool_geometry(4, 112, 3, 2, 1, false), kernels::PoolKind::kMax},
+      // Enough channels for the channel-lane kernel (a 3x3 max) on every vector ISA, and a few
+      // more that go by plane; stride 1 and 2, an odd width.
+      {pool_geometry(21, 56, 3, 2, 1, false), kernels::PoolKind::kMax},
+      {pool_geometry(35, 13, 3, 1, 1, false), kernels::PoolKind::kMax},
       {pool_geometry(8, 14, 2, 2, 0, false), kernels::PoolKind::kMax},
       {pool_geometry(8, 28, 3, 1, 1, false), kernels::PoolKind::kAverage},
       {pool_geometry(8, 28, 3, 1, 1, true), kernels::PoolKind::kAverage},
@@ -167,7 +171,7 @@ TEST_P(PoolTest, RandomGeometriesMatchReference) {
   const Isa isa = GetParam();
   for (int trial = 0; trial < 120; ++trial) {
     kernels::PoolGeometry g;
-    g.channels = random_int(rng, 1, 5);
+    g.channels = random_int(rng, 1, 20);
     g.kernel_h = random_int(rng, 1, 4);
     g.kernel_w = random_int(rng, 1, 4);
     g.stride_h = random_int(rng, 1, 3);
