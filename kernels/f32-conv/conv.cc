@@ -111,6 +111,17 @@ void copy_strided(const float* in, int64_t stride, int64_t count, float* out) {
   for (; x < count; ++x) out[x] = in[x * stride];
 }
 
+// Phase planes (space-to-depth, see pack_sparse and fill_phases): channel c's padded input row
+// i * sh + a, column j * sw + b, counted from a chunk's first padded row, is plane (c, a, b) row
+// i column j, planes `plane` floats apart and rows `phase_w` apart. Tap (ky, kx) of output pixel
+// (i, j) of the chunk then reads that plane's element at the returned offset from i * phase_w + j.
+int64_t phase_tap_offset(const ConvGeometry& g, int64_t c, int64_t ky, int64_t kx, int64_t phase_w,
+                         int64_t plane) {
+  const int64_t y = ky * g.dilation_h, x = kx * g.dilation_w;
+  const int64_t index = (c * g.stride_h + y % g.stride_h) * g.stride_w + x % g.stride_w;
+  return index * plane + y / g.stride_h * phase_w + x / g.stride_w;
+}
+
 // The column matrix of input channels [c0, c0 + channels) for output rows [oh_begin, oh_end):
 // row (c, ky, kx) at cols + row * ldb, column (oh - oh_begin) * out_w + ox, zeros where the tap
 // is in padding.
@@ -236,9 +247,7 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     for (int64_t c = 0; c < g.in_c; ++c) {
       for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
         for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
-          const int64_t y = ky * g.dilation_h, x = kx * g.dilation_w;
-          const int64_t plane = (c * g.stride_h + y % g.stride_h) * g.stride_w + x % g.stride_w;
-          b_row(c, ky, kx) = plane * impl.b_plane + y / g.stride_h * impl.phase_w + x / g.stride_w;
+          b_row(c, ky, kx) = phase_tap_offset(g, c, ky, kx, impl.phase_w, impl.b_plane);
         }
       }
     }
@@ -554,6 +563,25 @@ int64_t PackedConv::channel_granule() const {
 
 namespace {
 
+// The column matrix rows of input channels [c0, c0 + channels) for the `rows` output rows of a
+// chunk, from its phase planes (fill_phases, phase_tap_offset): each tap's run of output pixels
+// per output row is contiguous there.
+void im2col_phases(const ConvGeometry& g, const float* phases, int64_t phase_w, int64_t plane,
+                   int64_t c0, int64_t channels, int64_t rows, float* cols, int64_t ldb) {
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+      for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+        const float* from = phases + phase_tap_offset(g, c0 + c, ky, kx, phase_w, plane);
+        float* row = cols + ((c * g.kernel_h + ky) * g.kernel_w + kx) * ldb;
+        for (int64_t i = 0; i < rows; ++i) {
+          std::memcpy(row + i * g.out_w, from + i * phase_w,
+                      static_cast<std::size_t>(g.out_w) * sizeof(float));
+        }
+      }
+    }
+  }
+}
+
 // Output rows [oh_begin, oh_end) x channels [oc_begin, oc_end) of a GEMM lowering (one group, or
 // all channels of every group).
 void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const PlaneView& src,
@@ -605,15 +633,35 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
   const int64_t block_c = std::min(ic_per_group, (16 + taps - 1) / taps);
   const int64_t max_n = std::min(chunk, oh_end - oh_begin) * g.out_w;
   const int64_t strip_floats = depth * ((max_n + nr - 1) / nr) * nr;
-  float* strips = aligned_scratch(scratch, strip_floats + block_c * taps * max_n);
+  // Strided layers whose taps far outnumber their phases (ResNet-50's 7x7 stride-2 stem: 49 taps,
+  // 4 phases) gather the chunk's input rows into phase planes first (fill_phases, as the sparse
+  // lowering does), so that every tap row of the column matrix is a contiguous copy instead of a
+  // strided gather per tap: the stem ran 1.07-1.13x faster (bench/conv_bench.cc, one thread, Zen
+  // 5, three alternated runs), while ResNet-50's 3x3 stride-2 layers ran 1.0-1.04x slower (9
+  // taps over 4 phases: the phase copy costs what it saves) and its 1x1 stride-2 ones 1.15x.
+  const bool phased =
+      g.kernel_h * g.kernel_w >= 4 * g.stride_h * g.stride_w && (g.stride_h > 1 || g.stride_w > 1);
+  const int64_t phase_w = g.out_w + (g.kernel_w - 1) * g.dilation_w / g.stride_w;
+  const int64_t halo = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
+  const int64_t phase_plane =
+      phased ? round_up_to_line((std::min(chunk, oh_end - oh_begin) + halo) * phase_w) : 0;
+  float* strips = aligned_scratch(scratch, strip_floats + block_c * taps * max_n +
+                                               g.in_c * g.stride_h * g.stride_w * phase_plane);
   float* block = strips + strip_floats;
+  float* phases = block + block_c * taps * max_n;
   for (int64_t r0 = oh_begin; r0 < oh_end; r0 += chunk) {
     const int64_t r1 = std::min(oh_end, r0 + chunk);
     const int64_t n = (r1 - r0) * g.out_w;
+    if (phased) fill_phases(g, src, r0, r1, r1 - r0 + halo, phase_w, phase_plane, phases);
     for (int64_t group = 0; group < g.groups; ++group) {
       for (int64_t c0 = 0; c0 < ic_per_group; c0 += block_c) {
         const int64_t channels = std::min(block_c, ic_per_group - c0);
-        im2col(g, src, group * ic_per_group + c0, channels, r0, r1, block, n);
+        if (phased) {
+          im2col_phases(g, phases, phase_w, phase_plane, group * ic_per_group + c0, channels,
+                        r1 - r0, block, n);
+        } else {
+          im2col(g, src, group * ic_per_group + c0, channels, r0, r1, block, n);
+        }
         pack_b_strip_rows(block, n, channels * taps, n, c0 * taps, depth, strips, isa);
       }
       gemm_rows(group, r0, [&](const PackedA& a, const Epilogue& e, float* c) {
