@@ -219,8 +219,7 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
       args.k = k1 - k0;
       args.accumulate = kb > 0;
       if (pack_b)
-        ukernel.pack_b(b.data + k0 * b.ldb + n0, b.ldb, k1 - k0, n1 - n0, packed_b,
-                       (k1 - k0) * nr);
+        ukernel.pack_b(b.data + k0 * b.ldb + n0, b.ldb, k1 - k0, n1 - n0, packed_b, (k1 - k0) * nr);
       args.ldb = pack_b || b.strips ? nr : b.ldb;
       for (int64_t m0 = 0; m0 < m; m0 += mc) {
         const int64_t m1 = std::min(m, m0 + mc);
