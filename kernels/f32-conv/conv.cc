@@ -115,6 +115,15 @@ void copy_strided(const float* in, int64_t stride, int64_t count, float* out) {
 // i * sh + a, column j * sw + b, counted from a chunk's first padded row, is plane (c, a, b) row
 // i column j, planes `plane` floats apart and rows `phase_w` apart. Tap (ky, kx) of output pixel
 // (i, j) of the chunk then reads that plane's element at the returned offset from i * phase_w + j.
+// The taps' reach in phase rows and columns: a chunk of r output rows reads r + halo rows of each
+// plane, and a phase row is out_w + reach columns long.
+int64_t phase_halo_rows(const ConvGeometry& g) {
+  return (g.kernel_h - 1) * g.dilation_h / g.stride_h;
+}
+int64_t phase_reach_columns(const ConvGeometry& g) {
+  return (g.kernel_w - 1) * g.dilation_w / g.stride_w;
+}
+
 int64_t phase_tap_offset(const ConvGeometry& g, int64_t c, int64_t ky, int64_t kx, int64_t phase_w,
                          int64_t plane) {
   const int64_t y = ky * g.dilation_h, x = kx * g.dilation_w;
@@ -238,8 +247,8 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     // stride 1 there is one phase and this is a plain padded copy. The kernel computes
     // phase_w-wide rows, of which the last phase_w - out_w columns are discarded.
     impl.kind = Kind::kSpmmPhases;
-    impl.phase_w = g.out_w + (g.kernel_w - 1) * g.dilation_w / g.stride_w;
-    const int64_t halo = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
+    impl.phase_w = g.out_w + phase_reach_columns(g);
+    const int64_t halo = phase_halo_rows(g);
     const int64_t planes = g.in_c * g.stride_h * g.stride_w;
     impl.chunk_rows =
         chunk_rows(g, planes * impl.phase_w, planes * halo * impl.phase_w, kPaddedBudget);
@@ -276,9 +285,7 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   const bool phases = impl.kind == Kind::kSpmmPhases;
   if (g.groups == 1) {
     const int64_t tile = default_spmm_ukernel(impl.sparse_isa).tile;
-    const int64_t reach = phases ? (g.kernel_h - 1) * g.dilation_h / g.stride_h * impl.phase_w +
-                                       (g.kernel_w - 1) * g.dilation_w / g.stride_w
-                                 : 0;
+    const int64_t reach = phases ? phase_halo_rows(g) * impl.phase_w + phase_reach_columns(g) : 0;
     // A tile of each phase plane, or of the (gathered) input plane, no wider than the image.
     const int64_t width = phases ? g.stride_h * g.stride_w * tile
                                  : std::min(tile, round_up_to_line(g.out_h * g.out_w));
@@ -524,7 +531,7 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
   // there is a residual: that one and the activation after it are applied on the copy out,
   // where the output's own row length applies. Each channel's rows start on a cache line, so
   // that the K-blocks' partial sums are whole lines.
-  const int64_t pw = impl.phase_w, halo = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
+  const int64_t pw = impl.phase_w, halo = phase_halo_rows(g);
   const int64_t in_floats = g.in_c * g.stride_h * g.stride_w * impl.b_plane;
   const int64_t ldo = round_up_to_line(impl.chunk_rows * pw);
   float* planes = aligned_scratch(scratch, in_floats + (oc_end - oc_begin) * ldo);
@@ -641,8 +648,8 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
   // taps over 4 phases: the phase copy costs what it saves) and its 1x1 stride-2 ones 1.15x.
   const bool phased =
       g.kernel_h * g.kernel_w >= 4 * g.stride_h * g.stride_w && (g.stride_h > 1 || g.stride_w > 1);
-  const int64_t phase_w = g.out_w + (g.kernel_w - 1) * g.dilation_w / g.stride_w;
-  const int64_t halo = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
+  const int64_t phase_w = g.out_w + phase_reach_columns(g);
+  const int64_t halo = phase_halo_rows(g);
   const int64_t phase_plane =
       phased ? round_up_to_line((std::min(chunk, oh_end - oh_begin) + halo) * phase_w) : 0;
   float* strips = aligned_scratch(scratch, strip_floats + block_c * taps * max_n +
