@@ -21,9 +21,24 @@
 namespace sparsecol::kernels {
 
 struct PackedConv::Impl {
-  enum class Kind { kGemm1x1, kIm2colGemm, kDepthwise, kSpmm1x1, kSpmmGathered1x1, kSpmmPhases };
+  enum class Kind {
+    kGemm1x1,
+    kIm2colGemm,
+    kImplicitGemm,
+    kDepthwise,
+    kSpmm1x1,
+    kSpmmGathered1x1,
+    kSpmmPhases
+  };
   Kind kind = Kind::kIm2colGemm;
   std::vector<PackedA> groups;  // GEMM kinds: group g's weights [OC/g x IC/g*KH*KW]
+  // kImplicitGemm (one group): the weights' depth runs in blocks of this many input channels, tap
+  // by tap within a block (order_for_taps); each tap's plane and shifts (gemm.h, ConvTap). A
+  // strided layer reads the stride phases its taps use, a * stride_w + b for phase (a, b), copied
+  // per call (fill_tap_phases; ConvTap::phase indexes this list); a stride-1 layer its input.
+  int64_t tap_block_channels = 0;
+  std::vector<ConvTap> taps;
+  std::vector<int64_t> tap_phases;
   std::vector<float> weight;    // depthwise: [C x KH*KW]
   std::vector<float> bias;      // out_c values, zeros when the layer has none
   double sparsity = 0.0;        // fraction of exact zeros of the weight
@@ -41,7 +56,9 @@ struct PackedConv::Impl {
   int64_t b_plane = 0;
 
   bool is_sparse() const { return !sparse.empty(); }
-  bool is_gemm() const { return kind == Kind::kGemm1x1 || kind == Kind::kIm2colGemm; }
+  bool is_gemm() const {
+    return kind == Kind::kGemm1x1 || kind == Kind::kIm2colGemm || kind == Kind::kImplicitGemm;
+  }
 };
 
 namespace {
@@ -311,6 +328,101 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   }
 }
 
+// A dense convolution that runs as an implicit GEMM (gemm_packed_taps) instead of through im2col:
+// one group, and planes whose rows are as wide as the output's, so that every tap is one shift of
+// the output's pixel index (taps falling off the image's edges are masked off): stride 1 with
+// rows as wide in as out reads the input in place, a strided layer a copy of the stride phases
+// its taps use (each input pixel copied at most once, against im2col's once per tap), as long
+// as no phase row is wider than an output row. No column matrix to write and read back, and no
+// chunking of the image to keep one in L2, whose narrow chunks left the GEMM's last strip of
+// each mostly empty (14x14 images: chunks of 5 rows, 3 strips of 32 for 70 pixels).
+// The micro-kernel runs each tap's channels as one loop between mask and pointer changes, so
+// a layer with few input channels stays on im2col: ResNet-50's 7x7 stem (3 channels, 49 taps)
+// and MobileNetV2's 3x3 stem ran 2.9x and 3.5x slower as implicit GEMMs (one thread, Zen 5).
+constexpr int64_t kMinTapChannels = 16;
+
+bool reads_taps_in_place(const ConvGeometry& g) {
+  return g.groups == 1 && g.in_c >= kMinTapChannels && g.stride_h == 1 && g.stride_w == 1 &&
+         g.in_w == g.out_w && g.kernel_h * g.kernel_w > 1;
+}
+bool reads_tap_phases(const ConvGeometry& g) {
+  return g.groups == 1 && g.in_c >= kMinTapChannels && (g.stride_h > 1 || g.stride_w > 1) &&
+         (g.in_w + g.stride_w - 1) / g.stride_w <= g.out_w;
+}
+
+// A's columns [c][t] (ONNX order) reordered block by block of `block` channels, tap by tap within
+// a block: the order in which gemm_packed_taps runs a block's taps over the same input lines.
+std::vector<float> order_for_taps(const float* weight, int64_t rows, int64_t channels,
+                                  int64_t taps, int64_t block) {
+  std::vector<float> ordered(static_cast<std::size_t>(rows * channels * taps));
+  for (int64_t o = 0; o < rows; ++o) {
+    const float* w = weight + o * channels * taps;
+    float* out = ordered.data() + o * channels * taps;
+    for (int64_t c0 = 0; c0 < channels; c0 += block) {
+      const int64_t count = std::min(block, channels - c0);
+      for (int64_t t = 0; t < taps; ++t) {
+        for (int64_t c = 0; c < count; ++c) out[c0 * taps + t * count + c] = w[(c0 + c) * taps + t];
+      }
+    }
+  }
+  return ordered;
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Tap (i, j) reads input row y * stride_h - pad_top + i * dilation_h of output row y: with
+// i * dilation_h - pad_top = q * stride_h + a (0 <= a < stride_h), that is row y + q of phase a.
+// Channels per block: a strip of the micro-kernel's NR output pixels reads, per channel and
+// phase, the plane's lines from its first pixel's top-left tap to its last pixel's bottom-right
+// one (at most one run of NR + the taps' width per distinct row shift, on a wide image); blocks
+// of channels whose lines fill half of L1 stay there while every panel of A passes the strip.
+void pack_implicit_gemm(const ConvGeometry& g, const float* weight, Isa isa,
+                        PackedConv::Impl& impl) {
+  impl.kind = PackedConv::Impl::Kind::kImplicitGemm;
+  const bool strided = g.stride_h > 1 || g.stride_w > 1;
+  int64_t row_lo = 0, row_hi = 0, col_lo = 0, col_hi = 0;
+  std::vector<int64_t> row_shifts;
+  for (int64_t i = 0; i < g.kernel_h; ++i) {
+    for (int64_t j = 0; j < g.kernel_w; ++j) {
+      const int64_t y = i * g.dilation_h - g.pad_top, x = j * g.dilation_w - g.pad_left;
+      ConvTap tap;
+      tap.row_shift = floor_div(y, g.stride_h);
+      tap.col_shift = floor_div(x, g.stride_w);
+      const int64_t a = y - tap.row_shift * g.stride_h, b = x - tap.col_shift * g.stride_w;
+      tap.rows = (g.in_h - a + g.stride_h - 1) / g.stride_h;
+      tap.columns = (g.in_w - b + g.stride_w - 1) / g.stride_w;
+      if (strided) {
+        const int64_t phase = a * g.stride_w + b;
+        const auto it = std::find(impl.tap_phases.begin(), impl.tap_phases.end(), phase);
+        tap.phase = it - impl.tap_phases.begin();
+        if (it == impl.tap_phases.end()) impl.tap_phases.push_back(phase);
+      }
+      impl.taps.push_back(tap);
+      row_lo = std::min(row_lo, tap.row_shift);
+      row_hi = std::max(row_hi, tap.row_shift);
+      col_lo = std::min(col_lo, tap.col_shift);
+      col_hi = std::max(col_hi, tap.col_shift);
+      if (std::find(row_shifts.begin(), row_shifts.end(), tap.row_shift) == row_shifts.end()) {
+        row_shifts.push_back(tap.row_shift);
+      }
+    }
+  }
+  const int64_t taps = g.kernel_h * g.kernel_w;
+  const int64_t nr = default_gemm_ukernel(isa).nr;
+  const int64_t span_w = col_hi - col_lo + nr;
+  const int64_t reach = (row_hi - row_lo) * g.out_w + span_w;
+  const int64_t phases = std::max<int64_t>(1, static_cast<int64_t>(impl.tap_phases.size()));
+  const int64_t lines =
+      phases * std::min(reach / kLineFloats + 2, static_cast<int64_t>(row_shifts.size()) *
+                                                     (span_w / kLineFloats + 2));
+  const int64_t fit = std::max<int64_t>(1, core_caches().l1d / 2 / (lines * 64));
+  const int64_t blocks = (g.in_c + fit - 1) / fit;
+  impl.tap_block_channels = (g.in_c + blocks - 1) / blocks;
+  const std::vector<float> ordered =
+      order_for_taps(weight, g.out_c, g.in_c, taps, impl.tap_block_channels);
+  impl.groups.emplace_back(ordered.data(), g.out_c, g.in_c * taps, g.in_c * taps, isa);
+}
+
 }  // namespace
 
 PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
@@ -336,11 +448,13 @@ PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const 
     if (impl->sparsity >= resolve_sparse_threshold(sparse_threshold, SparseLayerKind::kConv)) {
       impl->sparse_isa = std::min(isa, active_isa());
       pack_sparse(g, weight, *impl);
+    } else if (reads_taps_in_place(g) || reads_tap_phases(g)) {
+      pack_implicit_gemm(g, weight, std::min(isa, active_isa()), *impl);
     } else {
       const int64_t oc_per_group = g.out_c / g.groups;
       for (int64_t group = 0; group < g.groups; ++group) {
         impl->groups.emplace_back(weight + group * oc_per_group * depth, oc_per_group, depth,
-                                  depth);
+                                  depth, std::min(isa, active_isa()));
       }
     }
   }
@@ -373,6 +487,9 @@ std::string PackedConv::implementation() const {
       return fmt::format("gemm-1x1/{}", to_string(impl_->groups.front().isa()));
     case Impl::Kind::kIm2colGemm:
       return fmt::format("im2col-gemm-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
+                         to_string(impl_->groups.front().isa()));
+    case Impl::Kind::kImplicitGemm:
+      return fmt::format("implicit-gemm-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          to_string(impl_->groups.front().isa()));
     case Impl::Kind::kDepthwise:
       return fmt::format("depthwise-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
@@ -589,6 +706,42 @@ void im2col_phases(const ConvGeometry& g, const float* phases, int64_t phase_w, 
   }
 }
 
+// The phase planes an implicit GEMM's taps read for output rows [oh_begin, oh_end) (see
+// pack_implicit_gemm), in `scratch`: per input channel, one plane per phase of impl.tap_phases,
+// each out_w floats a row, from the phase row the highest tap of output row oh_begin reads to the
+// one the lowest tap of row oh_end - 1 reads. Only in-image pixels that those output rows read
+// are written; the masks keep the kernel off the rest. Returns the address of phase row
+// oh_begin of channel 0's first plane (which may lie before the buffer) and its plane size.
+const float* fill_tap_phases(const ConvGeometry& g, const PackedConv::Impl& impl,
+                             const PlaneView& src, int64_t oh_begin, int64_t oh_end,
+                             std::vector<float>& scratch, int64_t* plane_floats) {
+  int64_t row_lo = 0, row_hi = 0;
+  for (const ConvTap& tap : impl.taps) {
+    row_lo = std::min(row_lo, tap.row_shift);
+    row_hi = std::max(row_hi, tap.row_shift);
+  }
+  const int64_t rows = oh_end - oh_begin + row_hi - row_lo;
+  const int64_t phases = static_cast<int64_t>(impl.tap_phases.size());
+  *plane_floats = round_up_to_line(rows * g.out_w);
+  float* planes = aligned_scratch(scratch, g.in_c * phases * *plane_floats);
+  int64_t first = 0, last = 0;  // the input rows src holds
+  conv_input_rows(g, oh_begin, oh_end, &first, &last);
+  for (int64_t c = 0; c < g.in_c; ++c) {
+    for (int64_t s = 0; s < phases; ++s) {
+      const int64_t a = impl.tap_phases[s] / g.stride_w, b = impl.tap_phases[s] % g.stride_w;
+      const int64_t columns = (g.in_w - b + g.stride_w - 1) / g.stride_w;
+      float* plane = planes + (c * phases + s) * *plane_floats;
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t ih = (oh_begin + row_lo + i) * g.stride_h + a;
+        if (ih < first || ih >= last) continue;  // outside the image or read by no tap
+        copy_strided(src.data + c * src.plane_stride + (ih - src.row0) * g.in_w + b, g.stride_w,
+                     columns, plane + i * g.out_w);
+      }
+    }
+  }
+  return planes - row_lo * g.out_w;
+}
+
 // Output rows [oh_begin, oh_end) x channels [oc_begin, oc_end) of a GEMM lowering (one group, or
 // all channels of every group).
 void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const PlaneView& src,
@@ -616,6 +769,26 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
             dst.data + oc0 * dst.plane_stride + (r0 - dst.row0) * g.out_w);
   };
 
+  if (impl.kind == PackedConv::Impl::Kind::kImplicitGemm) {
+    ConvTaps taps;
+    taps.channels = g.in_c;
+    taps.block_channels = impl.tap_block_channels;
+    taps.width = g.out_w;
+    taps.first_row = oh_begin;
+    taps.taps = impl.taps;
+    if (impl.tap_phases.empty()) {
+      taps.data = src.data + (oh_begin - src.row0) * g.in_w;
+      taps.channel_stride = src.plane_stride;
+    } else {
+      taps.data = fill_tap_phases(g, impl, src, oh_begin, oh_end, scratch, &taps.phase_stride);
+      taps.channel_stride =
+          taps.phase_stride * static_cast<int64_t>(impl.tap_phases.size());
+    }
+    gemm_rows(0, oh_begin, [&](const PackedA& a, const Epilogue& e, float* c) {
+      gemm_packed_taps(a, taps, c, dst.plane_stride, (oh_end - oh_begin) * g.out_w, e);
+    });
+    return;
+  }
   if (impl.kind == PackedConv::Impl::Kind::kGemm1x1) {
     for (int64_t group = 0; group < g.groups; ++group) {
       const float* b =

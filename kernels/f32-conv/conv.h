@@ -7,6 +7,9 @@
 //  - 1x1, stride 1: a GEMM of weights [OC x IC] by the input planes [IC x H*W];
 //  - depthwise (groups == in_c == out_c): a per-channel direct kernel (always dense: 9 weights
 //    per channel leave nothing for a sparse format to skip);
+//  - one group, stride 1, rows as wide in as out (ResNet-50's 3x3 layers): an implicit GEMM
+//    (gemm_packed_taps) that reads each tap's shifted input rows in place, masking the taps that
+//    fall off the image's edges, with no im2col;
 //  - otherwise: im2col of the needed input rows into scratch, in the GEMM's packed layout, then
 //    GEMM per group.
 // A weight whose fraction of exact zeros reaches the sparse threshold runs through the sparse
@@ -77,7 +80,8 @@ class PackedConv {
  public:
   // `sparse_threshold`: the sparsity (fraction of exact zeros) at or above which the sparse
   // kernels are used; negative: kConvSparseThreshold (f32-spmm/spmm.h), kAlwaysDense: never.
-  // The sparse kernels run at `isa` (capped at active_isa()): tests pick each path.
+  // The sparse kernels and the dense GEMMs run at `isa` (capped at active_isa()): tests pick
+  // each path.
   PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
              double sparse_threshold = -1.0, Isa isa = active_isa());
   const ConvGeometry& geometry() const { return geometry_; }

@@ -357,6 +357,73 @@ void gemm_packed_strips(const PackedA& a, const float* strips, float* c, int64_t
               BOperand{strips, 0, true}, c, ldc, n, epilogue);
 }
 
+// Loop nest: M blocks whose A block (MC rows of one block of channels, all its taps) is half of
+// L2 > blocks of channels > NR-wide strips of columns > MR-row panels > micro-kernel. A strip
+// reads, per channel of its block, the input lines its taps shift over (3 rows of 3 lines for a
+// 3x3 layer on a wide image); conv.cc sizes the channel blocks so that those stay in L1 while the
+// panels of the M block stream past them, each panel once per strip from L2.
+void gemm_packed_taps(const PackedA& a, const ConvTaps& b, float* c, int64_t ldc, int64_t n,
+                      const Epilogue& epilogue) {
+  const GemmUkernel& ukernel = default_gemm_ukernel(a.isa());
+  const int64_t taps = static_cast<int64_t>(b.taps.size());
+  if (taps == 0 || b.block_channels <= 0 || a.depth() != b.channels * taps || ukernel.nr > 64) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("gemm_packed_taps: {} taps, blocks of {} of {} channels, for A of "
+                            "depth {} (strips of {})",
+                            taps, b.block_channels, b.channels, a.depth(), ukernel.nr));
+  }
+  const int64_t m = a.rows();
+  if (m <= 0 || n <= 0) return;
+  const int64_t mr = ukernel.mr, nr = ukernel.nr;
+  // Per strip and tap, the columns whose input lies in the tap's plane (and before n).
+  const int64_t strips = ceil_div(n, nr);
+  thread_local std::vector<uint64_t> masks;
+  thread_local std::vector<int64_t> offsets;
+  masks.assign(static_cast<std::size_t>(strips * taps), 0);
+  offsets.resize(static_cast<std::size_t>(taps));
+  for (int64_t t = 0; t < taps; ++t) {
+    const ConvTap& tap = b.taps[static_cast<std::size_t>(t)];
+    offsets[t] = tap.phase * b.phase_stride + tap.row_shift * b.width + tap.col_shift;
+    for (int64_t p = 0; p < n; ++p) {
+      const int64_t row = b.first_row + p / b.width + tap.row_shift;
+      const int64_t column = p % b.width + tap.col_shift;
+      if (row >= 0 && row < tap.rows && column >= 0 && column < tap.columns) {
+        masks[(p / nr) * taps + t] |= uint64_t{1} << (p % nr);
+      }
+    }
+  }
+  const int64_t block_depth = std::min(b.channels, b.block_channels) * taps;
+  const int64_t mc = std::max<int64_t>(mr, core_caches().l2 / 2 / (block_depth * 4) / mr * mr);
+  GemmUkernelArgs args;
+  args.ldc = ldc;
+  args.ldb = b.channel_stride;
+  args.taps = taps;
+  args.tap_offset = offsets.data();
+  Epilogue tile_epilogue = epilogue;
+  for (int64_t m0 = 0; m0 < m; m0 += mc) {
+    const int64_t m1 = std::min(m, m0 + mc);
+    for (int64_t c0 = 0; c0 < b.channels; c0 += b.block_channels) {
+      const int64_t c1 = std::min(b.channels, c0 + b.block_channels);
+      const bool last = c1 == b.channels;
+      args.k = (c1 - c0) * taps;
+      args.accumulate = c0 > 0;
+      for (int64_t j = 0; j < n; j += nr) {
+        args.n = std::min(nr, n - j);
+        args.b = b.data + c0 * b.channel_stride + j;
+        args.tap_masks = masks.data() + j / nr * taps;
+        for (int64_t i = m0; i < m1; i += mr) {
+          args.m = std::min(mr, m1 - i);
+          args.a = a.data() + i * a.depth() + c0 * taps * mr;
+          args.c = c + i * ldc + j;
+          if (last) move_epilogue_to(epilogue, i, j, tile_epilogue);
+          args.epilogue = last ? &tile_epilogue : nullptr;
+          ukernel.fn(args);
+        }
+      }
+    }
+  }
+}
+
 void gemm(const GemmShape& shape, const float* a, int64_t lda, const float* b, int64_t ldb,
           float* c, int64_t ldc, const Epilogue& epilogue, std::vector<float>& scratch) {
   gemm_with_ukernel(default_gemm_ukernel(active_isa()), shape, a, lda, b, ldb, c, ldc, epilogue,

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "epilogue.h"
@@ -94,6 +95,33 @@ void pack_b_strip_rows(const float* b, int64_t ldb, int64_t rows, int64_t n, int
 // Single-threaded.
 void gemm_packed_strips(const PackedA& a, const float* strips, float* c, int64_t ldc, int64_t n,
                         const Epilogue& epilogue);
+
+// A convolution's B operand read in place from planes of its input (an implicit GEMM, no
+// im2col): the input's own planes (stride 1) or its stride phases (plane (a, b) holding input
+// rows i * stride_h + a, columns j * stride_w + b), rows `width` floats apart, `width` being the
+// output's width. Row (c, t) of B at column p, the output pixel at row y = p / width and column
+// x = p % width of the computed region, is channel c's plane of tap t at row
+// first_row + y + row_shift, column x + col_shift, or zero where that lies outside the plane's
+// [0, rows) x [0, columns). A's depth is channels x taps, packed block by block of
+// block_channels input channels, tap by tap within a block, channel by channel within a tap
+// (conv.cc, order_for_taps): a micro-kernel call runs one block.
+struct ConvTap {
+  int64_t phase = 0;  // which plane of a channel
+  int64_t row_shift = 0, col_shift = 0;
+  int64_t rows = 0, columns = 0;
+};
+struct ConvTaps {
+  const float* data = nullptr;  // channel 0, plane 0, row first_row (may lie outside the buffer:
+                                // only in-plane addresses are read)
+  int64_t channel_stride = 0, phase_stride = 0;
+  int64_t channels = 0, block_channels = 0;
+  int64_t width = 0, first_row = 0;
+  std::span<const ConvTap> taps;
+};
+
+// C = epilogue(A * B) over columns [0, n) of such a B. Single-threaded.
+void gemm_packed_taps(const PackedA& a, const ConvTaps& b, float* c, int64_t ldc, int64_t n,
+                      const Epilogue& epilogue);
 
 // C = epilogue(A * B) with A and B both plain row-major (A packed on the fly into `scratch`,
 // which grows as needed). Single-threaded.

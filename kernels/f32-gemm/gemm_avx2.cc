@@ -18,6 +18,11 @@ struct Avx2 {
   static Mask mask_first(int count) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
+  static Mask mask_bits(uint32_t bits) {
+    const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(bits)), lane_bit),
+                              lane_bit);
+  }
   static Vec splat(float x) { return _mm256_set1_ps(x); }
   static Vec zero() { return _mm256_setzero_ps(); }
   static Vec load(const float* p) { return _mm256_loadu_ps(p); }

@@ -20,6 +20,7 @@ struct Avx512 {
   using Mask = __mmask16;
   static constexpr int kLanes = 16;
   static Mask mask_first(int count) { return static_cast<Mask>((1u << count) - 1); }
+  static Mask mask_bits(uint32_t bits) { return static_cast<Mask>(bits); }
   static Vec splat(float x) { return _mm512_set1_ps(x); }
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec load(const float* p) { return _mm512_loadu_ps(p); }

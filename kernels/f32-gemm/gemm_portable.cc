@@ -27,7 +27,19 @@ void ukernel_portable(const GemmUkernelArgs& args) {
   float acc[kMr][kNr] = {};
   const float* a = args.a;
   const float* b = args.b;
-  if (args.n == kNr) {
+  if (args.taps > 0) {  // a convolution's taps: read only the columns each tap's mask names
+    const int64_t depth = args.k / args.taps;
+    for (int64_t t = 0; t < args.taps; ++t) {
+      const uint64_t bits = args.tap_masks[t];
+      const float* row = b + args.tap_offset[t];
+      for (int64_t p = 0; p < depth; ++p, a += kMr, row += args.ldb) {
+        for (int j = 0; j < args.n; ++j) {
+          if ((bits >> j & 1) == 0) continue;
+          for (int i = 0; i < kMr; ++i) acc[i][j] += a[i] * row[j];
+        }
+      }
+    }
+  } else if (args.n == kNr) {
     for (int64_t p = 0; p < args.k; ++p, a += kMr, b += args.ldb) {
 #pragma GCC unroll 16
       for (int i = 0; i < kMr; ++i) {

@@ -11,7 +11,7 @@
 // epilogue runs on the accumulators before the single store.
 //
 // An ISA descriptor provides: Vec, Mask, kLanes, mask_first(count) (lanes [0, count), count in
-// [0, kLanes]), splat, zero, load, load_masked (zero in masked-off lanes), store, store_masked,
+// [0, kLanes]), mask_bits(bits) (lane i where bit i is set), splat, zero, load, load_masked (zero in masked-off lanes), store, store_masked,
 // fmadd(a, b, c) = a * b + c fused, add, mul, div, min and max (max(x, 0) gives 0 for a NaN x,
 // as the x86 instructions do with the NaN first).
 #pragma once
@@ -79,27 +79,52 @@ inline void multiply_accumulate(typename V::Vec (&acc)[kMr][kNv], const float* a
   }
 }
 
+// The same over a convolution's taps (GemmUkernelArgs::taps): every B load masked by its tap's
+// columns, so that the taps of a tile's edge pixels that fall outside the image read nothing.
+template <typename V, int kMr, int kNv, int kRows, int kActive>
+inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args) {
+  const int64_t depth = args.k / args.taps;
+  const float* a = args.a;
+  constexpr uint64_t kLaneBits = (uint64_t{1} << V::kLanes) - 1;
+  for (int64_t t = 0; t < args.taps; ++t, a += depth * kMr) {
+    typename V::Mask mask[kNv];
+#pragma GCC unroll 8
+    for (int v = 0; v < kNv; ++v) {
+      mask[v] = V::mask_bits(static_cast<uint32_t>(args.tap_masks[t] >> (V::kLanes * v) & kLaneBits));
+    }
+    multiply_accumulate<V, kMr, kNv, kRows, kActive, false>(acc, a, args.b + args.tap_offset[t],
+                                                            depth, args.ldb, mask);
+  }
+}
+
 // Runs only the first `rows` rows of the panel and the first `active` B vectors (those holding
 // a valid column), both chosen at compile time so that the accumulators stay in registers: a
 // 6x16 tile with 1 row and 1 column left does 1 FMA per k step, not 12 (the classifier of a
 // CNN at batch 1 is such a GEMM, M = 1).
-template <typename V, int kMr, int kNv, bool kFullN, int kRows = kMr, int kActive = kNv>
+// kTaps: B is a convolution's taps (multiply_accumulate_taps), a compile-time choice so that
+// each variant's accumulators stay in registers.
+template <typename V, int kMr, int kNv, bool kFullN, bool kTaps, int kRows = kMr,
+          int kActive = kNv>
 inline void multiply_accumulate_part(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args,
                                      int rows, int active, const typename V::Mask (&mask)[kNv]) {
   if constexpr (kRows > 1) {
     if (rows < kRows) {
-      return multiply_accumulate_part<V, kMr, kNv, kFullN, kRows - 1, kActive>(acc, args, rows,
+      return multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps, kRows - 1, kActive>(acc, args, rows,
                                                                                active, mask);
     }
   }
   if constexpr (kActive > 1 && !kFullN) {
     if (active < kActive) {
-      return multiply_accumulate_part<V, kMr, kNv, kFullN, kRows, kActive - 1>(acc, args, rows,
+      return multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps, kRows, kActive - 1>(acc, args, rows,
                                                                                active, mask);
     }
   }
-  multiply_accumulate<V, kMr, kNv, kRows, kActive, kFullN>(acc, args.a, args.b, args.k, args.ldb,
-                                                           mask);
+  if constexpr (kTaps) {
+    multiply_accumulate_taps<V, kMr, kNv, kRows, kActive>(acc, args);
+  } else {
+    multiply_accumulate<V, kMr, kNv, kRows, kActive, kFullN>(acc, args.a, args.b, args.k,
+                                                             args.ldb, mask);
+  }
 }
 
 // Applies `act` to every accumulator: one switch per tile, not one per vector.
@@ -124,8 +149,12 @@ inline void activate_tile(Activation act, typename V::Vec (&acc)[kMr][kNv], floa
 // medians of 5 interleaved rounds on a loaded 2-core Zen 3): conv2d_rows on every dense layer
 // of bench/conv_bench.cc 1.06-1.80x (MobileNetV2's K = 64 and K = 16 pointwise layers 1.80x
 // and 1.69x, ResNet-50's 3x3 layers 1.06-1.17x); the gemm_bench shapes 0.90-1.41x, median 1.09x.
+//
+// Always inlined: its caller's accumulators must stay in registers, and GCC stops inlining it on
+// its own once two variants of the body call it (the taps and the column tail), passing them by
+// address instead: every FMA of the k loop then went through the stack (2x slower).
 template <typename V, int kMr, int kNv, bool kFullN>
-inline void finish_tile(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args,
+[[gnu::always_inline]] inline void finish_tile(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args,
                         const typename V::Mask (&mask)[kNv]) {
   constexpr int kLanes = V::kLanes;
   auto load_columns = [&](const float* row, int v) {
@@ -191,7 +220,7 @@ inline void finish_tile(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs&
   }
 }
 
-template <typename V, int kMr, int kNv, bool kFullN>
+template <typename V, int kMr, int kNv, bool kFullN, bool kTaps>
 inline void ukernel_body(const GemmUkernelArgs& args) {
   constexpr int kLanes = V::kLanes;
   constexpr int kNr = kLanes * kNv;
@@ -219,16 +248,18 @@ inline void ukernel_body(const GemmUkernelArgs& args) {
     for (int v = 0; v < kNv; ++v) acc[i][v] = V::zero();
   }
   const int active = static_cast<int>((args.n + kLanes - 1) / kLanes);
-  multiply_accumulate_part<V, kMr, kNv, kFullN>(acc, args, rows, active, mask);
+  multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps>(acc, args, rows, active, mask);
   finish_tile<V, kMr, kNv, kFullN>(acc, args, mask);
 }
 
 template <typename V, int kMr, int kNv>
 void ukernel(const GemmUkernelArgs& args) {
-  if (args.n == V::kLanes * kNv) {
-    ukernel_body<V, kMr, kNv, true>(args);
+  if (args.taps > 0) {
+    ukernel_body<V, kMr, kNv, false, true>(args);
+  } else if (args.n == V::kLanes * kNv) {
+    ukernel_body<V, kMr, kNv, true, false>(args);
   } else {
-    ukernel_body<V, kMr, kNv, false>(args);
+    ukernel_body<V, kMr, kNv, false, false>(args);
   }
 }
 

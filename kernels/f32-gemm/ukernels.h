@@ -29,6 +29,13 @@ struct GemmUkernelArgs {
   bool accumulate = false;             // add C's current contents (every block of K but the first)
   const Epilogue* epilogue = nullptr;  // applied when set (last block of K); its pointers already
                                        // address this tile's first row and column
+  // A convolution's B read in place (gemm_packed_taps), when taps > 0: the k steps run tap by
+  // tap, k / taps input channels each; tap t reads row c at b + tap_offset[t] + c * ldb, only
+  // the columns whose bit of tap_masks[t] is set (bit j: column j; the others count as zeros and
+  // are never read, so their addresses may lie outside the input).
+  int64_t taps = 0;
+  const int64_t* tap_offset = nullptr;
+  const uint64_t* tap_masks = nullptr;
 };
 
 using GemmUkernelFn = void (*)(const GemmUkernelArgs& args);

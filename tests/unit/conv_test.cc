@@ -21,6 +21,7 @@
 #include "f32-conv/conv.h"
 #include "f32-dwconv/dwconv.h"
 #include "f32-gemm/gemm.h"
+#include "f32-spmm/spmm.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::testing {
@@ -238,8 +239,13 @@ TEST(ConvTest, PicksImplementationByGeometry) {
     return kernels::PackedConv(make_geometry(c), w.data(), nullptr).implementation();
   };
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 1, 0, 1, 1}).rfind("gemm-1x1/", 0), 0u);
-  EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 2, 0, 1, 1}).rfind("im2col-gemm-1x1/", 0), 0u);
-  EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 2, 0, 1, 1}).rfind("implicit-gemm-1x1/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 1}).rfind("implicit-gemm-3x3/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 2, 1, 1, 1}).rfind("implicit-gemm-3x3/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 0, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);  // narrower
+  EXPECT_EQ(impl({"", 64, 64, 9, 9, 3, 2, 0, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);  // 5 > 4
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 2}).rfind("im2col-gemm-3x3/", 0), 0u);  // grouped
+  EXPECT_EQ(impl({"", 3, 64, 8, 8, 3, 1, 1, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);   // 3 in
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 64}).rfind("depthwise-3x3/", 0), 0u);
 }
 
@@ -294,6 +300,94 @@ TEST(ConvTest, Im2colChunksFillTheGemmStrips) {
         << to_string(isa) << ", strips of " << width;
   }
 }
+
+// The implicit GEMM on each ISA tier, in place (stride 1, rows as wide in as out) and over
+// stride phases (strides up to 3 per axis, no phase row wider than an output row): random kernel
+// sizes and dilations per axis, paddings drawn apart on every side (the left one anywhere in
+// the taps' width), widths around the micro-kernels' strips (8 to 64 columns) and channel counts
+// past one block of L1; a random row range read from a tile buffer holding exactly its input rows
+// (a read past them is an ASan error on the portable tier) and written into a whole tensor whose
+// other rows must stay untouched.
+class DenseConvIsaTest : public ::testing::TestWithParam<kernels::Isa> {
+ protected:
+  void SetUp() override {
+    if (!kernels::isa_available(GetParam())) {
+      GTEST_SKIP() << to_string(GetParam()) << " cannot run here: " << kernels::isa_reason();
+    }
+  }
+};
+
+TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
+  const kernels::Isa isa = GetParam();
+  std::mt19937 rng(53);
+  auto draw = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
+  };
+  for (int trial = 0; trial < 80; ++trial) {
+    ConvGeometry g;
+    g.in_c = trial % 10 == 0 ? draw(90, 200) : draw(16, 40);
+    g.out_c = draw(1, 20);
+    const bool strided = trial % 2 == 1;
+    int64_t pad_bottom = 0;
+    do {  // until the geometry is one the implicit GEMM takes
+      g.kernel_h = draw(1, 5);
+      g.kernel_w = g.kernel_h == 1 && !strided ? draw(2, 5) : draw(1, 5);
+      g.stride_h = strided ? draw(1, 3) : 1;
+      g.stride_w = strided ? (g.stride_h == 1 ? draw(2, 3) : draw(1, 3)) : 1;
+      g.dilation_h = draw(1, 2);
+      g.dilation_w = draw(1, 2);
+      const int64_t span_h = (g.kernel_h - 1) * g.dilation_h + 1;
+      const int64_t span_w = (g.kernel_w - 1) * g.dilation_w + 1;
+      g.pad_top = draw(0, span_h - 1);
+      g.pad_left = draw(0, span_w - 1);
+      pad_bottom = draw(0, span_h - 1);
+      const int64_t pad_right = strided ? draw(0, span_w - 1) : span_w - 1 - g.pad_left;
+      g.in_h = std::max<int64_t>(span_h - g.pad_top - pad_bottom, 1) + draw(0, 12);
+      g.in_w = std::max<int64_t>(span_w - g.pad_left - pad_right, 1) + draw(0, 70);
+      g.out_h = (g.in_h + g.pad_top + pad_bottom - span_h) / g.stride_h + 1;
+      g.out_w = (g.in_w + g.pad_left + pad_right - span_w) / g.stride_w + 1;
+    } while (strided && (g.in_w + g.stride_w - 1) / g.stride_w > g.out_w);
+    SCOPED_TRACE(fmt::format("trial {}: c {}->{} {}x{} k{}x{} s{}x{} d{}x{} pads top {} left {} "
+                             "bottom {} -> {}x{}",
+                             trial, g.in_c, g.out_c, g.in_h, g.in_w, g.kernel_h, g.kernel_w,
+                             g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
+                             g.pad_left, pad_bottom, g.out_h, g.out_w));
+    bool with_residual = false;
+    const Epilogue e = random_epilogue(rng, &with_residual);
+    const Problem p(g, e, with_residual, rng);
+    const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), kernels::kAlwaysDense, isa);
+    ASSERT_EQ(conv.implementation(), fmt::format("implicit-gemm-{}x{}/{}", g.kernel_h, g.kernel_w,
+                                                 to_string(isa)));
+    const int64_t a = draw(0, g.out_h - 1), b = draw(0, g.out_h - 1);
+    const int64_t r0 = std::min(a, b), r1 = std::max(a, b) + 1;
+    int64_t first = 0, last = 0;
+    kernels::conv_input_rows(g, r0, r1, &first, &last);
+    const std::vector<float> src_tile = copy_rows(p.src, g.in_c, g.in_h, g.in_w, first, last);
+    const PlaneView src_view{const_cast<float*>(src_tile.data()), first, (last - first) * g.in_w};
+    const int64_t out_plane = g.out_h * g.out_w;
+    const PlaneView res_view{const_cast<float*>(p.residual.data()), 0, out_plane};
+    std::vector<float> got(p.expected.size(), kSentinel);
+    std::vector<float> scratch;
+    kernels::conv2d_rows(conv, src_view, {got.data(), 0, out_plane}, r0, r1, e,
+                         with_residual ? &res_view : nullptr, scratch);
+    const float tol = 2e-5f * std::sqrt(static_cast<float>(g.in_c * g.kernel_h * g.kernel_w));
+    for (std::size_t i = 0; i < p.expected.size(); ++i) {
+      const int64_t r = static_cast<int64_t>(i) % out_plane / g.out_w;
+      if (r < r0 || r >= r1) {
+        ASSERT_EQ(got[i], kSentinel) << "wrote outside rows [" << r0 << ", " << r1 << ") at " << i;
+      } else {
+        ASSERT_NEAR(got[i], p.expected[i], (tol + 1e-5f) * (1.0f + std::abs(p.expected[i]))) << i;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, DenseConvIsaTest,
+                         ::testing::Values(kernels::Isa::kPortable, kernels::Isa::kAvx2,
+                                           kernels::Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<kernels::Isa>& info) {
+                           return std::string(to_string(info.param));
+                         });
 
 // The depthwise kernel called directly on each ISA tier; a tier this machine cannot run is
 // skipped with the reason. Widths below, at and above the vector width of every tier and the

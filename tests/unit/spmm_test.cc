@@ -547,8 +547,8 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
   EXPECT_EQ(impl(gs, 0.8), "spmm-3x3-strided/" + isa);
   const kernels::ConvGeometry g1s = make_geometry({"", 16, 16, 8, 8, 1, 2, 0, 1, 1});
   EXPECT_EQ(impl(g1s, 0.8), "spmm-1x1-gathered/" + isa);
-  EXPECT_EQ(impl(g3, 0.9).rfind("im2col-gemm-3x3/", 0), 0u);
-  EXPECT_EQ(impl(g3, kernels::kAlwaysDense).rfind("im2col-gemm-3x3/", 0), 0u);
+  EXPECT_EQ(impl(g3, 0.9).rfind("implicit-gemm-3x3/", 0), 0u);
+  EXPECT_EQ(impl(g3, kernels::kAlwaysDense).rfind("implicit-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl(gd, 0.0).rfind("depthwise-3x3/", 0), 0u);  // depthwise stays dense
   const kernels::PackedConv sparse(g3, w.data(), nullptr, 0.8);
   const kernels::PackedConv dense(g3, w.data(), nullptr, kernels::kAlwaysDense);
