@@ -33,6 +33,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include <xmmintrin.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -116,6 +118,16 @@ void move_epilogue_to(const Epilogue& e, int64_t row, int64_t col, Epilogue& til
   if (e.row_bias != nullptr) tile.row_bias = e.row_bias + row;
   if (e.col_bias != nullptr) tile.col_bias = e.col_bias + col;
   if (e.residual != nullptr) tile.residual = e.residual + row * e.residual_ld + col;
+}
+
+// Asks for lines [first, end) from `p` in L2. A weight's panels come from memory at batch 1 (a
+// model's weights outgrow L3) and each is a short sequential run, 32 KiB or more from the last,
+// so the hardware prefetchers restart on every panel; the drivers ask for the next panel while
+// the current one computes. ResNet-50 at batch 1 ran 1.05-1.06x faster (one thread, two runs).
+void prefetch_lines(const float* p, int64_t first, int64_t end) {
+  for (int64_t line = first; line < end; ++line) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + line * 16), _MM_HINT_T1);
+  }
 }
 
 void require_available(Isa isa) {
@@ -235,8 +247,15 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
           args.epilogue = last ? &tile_epilogue : nullptr;
           ukernel.fn(args);
         };
+        const int64_t strips = ceil_div(n1 - n0, nr);
+        const int64_t panel_lines = ceil_div((k1 - k0) * mr, 16);
+        const int64_t per_strip = ceil_div(panel_lines, strips);
         for (int64_t i = m0; i < m1; i += mr) {
-          for (int64_t j = n0; j < n1; j += nr) tile(i, j);
+          const float* next = i + mr < m1 ? packed_a + (i + mr) * k + k0 * mr : nullptr;
+          for (int64_t j = n0, line = 0; j < n1; j += nr, line += per_strip) {
+            if (next != nullptr) prefetch_lines(next, line, std::min(panel_lines, line + per_strip));
+            tile(i, j);
+          }
         }
       }
     }
@@ -412,6 +431,10 @@ void gemm_packed_taps(const PackedA& a, const ConvTaps& b, float* c, int64_t ldc
         args.b = b.data + c0 * b.channel_stride + j;
         args.tap_masks = masks.data() + j / nr * taps;
         for (int64_t i = m0; i < m1; i += mr) {
+          if (j == 0 && i + mr < m1) {  // the first strip brings each panel from memory
+            prefetch_lines(a.data() + (i + mr) * a.depth() + c0 * taps * mr, 0,
+                           ceil_div(args.k * mr, 16));
+          }
           args.m = std::min(mr, m1 - i);
           args.a = a.data() + i * a.depth() + c0 * taps * mr;
           args.c = c + i * ldc + j;
