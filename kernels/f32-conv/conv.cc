@@ -39,9 +39,9 @@ struct PackedConv::Impl {
   int64_t tap_block_channels = 0;
   std::vector<ConvTap> taps;
   std::vector<int64_t> tap_phases;
-  std::vector<float> weight;    // depthwise: [C x KH*KW]
-  std::vector<float> bias;      // out_c values, zeros when the layer has none
-  double sparsity = 0.0;        // fraction of exact zeros of the weight
+  std::vector<float> weight;  // depthwise: [C x KH*KW]
+  std::vector<float> bias;    // out_c values, zeros when the layer has none
+  double sparsity = 0.0;      // fraction of exact zeros of the weight
   // Sparse kinds: all groups in one matrix [OC x IC/g*KH*KW], its offsets laid out for the
   // whole input tensor (1x1) or for the phase planes of a chunk (the others); the phase path
   // splits it by input channels into K-blocks (see pack_sparse), every other kind has one.
@@ -352,8 +352,8 @@ bool reads_tap_phases(const ConvGeometry& g) {
 
 // A's columns [c][t] (ONNX order) reordered block by block of `block` channels, tap by tap within
 // a block: the order in which gemm_packed_taps runs a block's taps over the same input lines.
-std::vector<float> order_for_taps(const float* weight, int64_t rows, int64_t channels,
-                                  int64_t taps, int64_t block) {
+std::vector<float> order_for_taps(const float* weight, int64_t rows, int64_t channels, int64_t taps,
+                                  int64_t block) {
   std::vector<float> ordered(static_cast<std::size_t>(rows * channels * taps));
   for (int64_t o = 0; o < rows; ++o) {
     const float* w = weight + o * channels * taps;
@@ -413,8 +413,8 @@ void pack_implicit_gemm(const ConvGeometry& g, const float* weight, Isa isa,
   const int64_t reach = (row_hi - row_lo) * g.out_w + span_w;
   const int64_t phases = std::max<int64_t>(1, static_cast<int64_t>(impl.tap_phases.size()));
   const int64_t lines =
-      phases * std::min(reach / kLineFloats + 2, static_cast<int64_t>(row_shifts.size()) *
-                                                     (span_w / kLineFloats + 2));
+      phases * std::min(reach / kLineFloats + 2,
+                        static_cast<int64_t>(row_shifts.size()) * (span_w / kLineFloats + 2));
   const int64_t fit = std::max<int64_t>(1, core_caches().l1d / 2 / (lines * 64));
   const int64_t blocks = (g.in_c + fit - 1) / fit;
   impl.tap_block_channels = (g.in_c + blocks - 1) / blocks;
@@ -453,8 +453,8 @@ PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const 
     } else {
       const int64_t oc_per_group = g.out_c / g.groups;
       for (int64_t group = 0; group < g.groups; ++group) {
-        impl->groups.emplace_back(weight + group * oc_per_group * depth, oc_per_group, depth,
-                                  depth, std::min(isa, active_isa()));
+        impl->groups.emplace_back(weight + group * oc_per_group * depth, oc_per_group, depth, depth,
+                                  std::min(isa, active_isa()));
       }
     }
   }
@@ -781,8 +781,7 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
       taps.channel_stride = src.plane_stride;
     } else {
       taps.data = fill_tap_phases(g, impl, src, oh_begin, oh_end, scratch, &taps.phase_stride);
-      taps.channel_stride =
-          taps.phase_stride * static_cast<int64_t>(impl.tap_phases.size());
+      taps.channel_stride = taps.phase_stride * static_cast<int64_t>(impl.tap_phases.size());
     }
     gemm_rows(0, oh_begin, [&](const PackedA& a, const Epilogue& e, float* c) {
       gemm_packed_taps(a, taps, c, dst.plane_stride, (oh_end - oh_begin) * g.out_w, e);

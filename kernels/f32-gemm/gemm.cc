@@ -253,7 +253,8 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
         for (int64_t i = m0; i < m1; i += mr) {
           const float* next = i + mr < m1 ? packed_a + (i + mr) * k + k0 * mr : nullptr;
           for (int64_t j = n0, line = 0; j < n1; j += nr, line += per_strip) {
-            if (next != nullptr) prefetch_lines(next, line, std::min(panel_lines, line + per_strip));
+            if (next != nullptr)
+              prefetch_lines(next, line, std::min(panel_lines, line + per_strip));
             tile(i, j);
           }
         }

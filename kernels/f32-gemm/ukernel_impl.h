@@ -11,9 +11,9 @@
 // epilogue runs on the accumulators before the single store.
 //
 // An ISA descriptor provides: Vec, Mask, kLanes, mask_first(count) (lanes [0, count), count in
-// [0, kLanes]), mask_bits(bits) (lane i where bit i is set), splat, zero, load, load_masked (zero in masked-off lanes), store, store_masked,
-// fmadd(a, b, c) = a * b + c fused, add, mul, div, min and max (max(x, 0) gives 0 for a NaN x,
-// as the x86 instructions do with the NaN first).
+// [0, kLanes]), mask_bits(bits) (lane i where bit i is set), splat, zero, load, load_masked (zero
+// in masked-off lanes), store, store_masked, fmadd(a, b, c) = a * b + c fused, add, mul, div, min
+// and max (max(x, 0) gives 0 for a NaN x, as the x86 instructions do with the NaN first).
 #pragma once
 
 #include <cstdint>
@@ -82,7 +82,8 @@ inline void multiply_accumulate(typename V::Vec (&acc)[kMr][kNv], const float* a
 // The same over a convolution's taps (GemmUkernelArgs::taps): every B load masked by its tap's
 // columns, so that the taps of a tile's edge pixels that fall outside the image read nothing.
 template <typename V, int kMr, int kNv, int kRows, int kActive>
-inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args) {
+inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv],
+                                     const GemmUkernelArgs& args) {
   const int64_t depth = args.k / args.taps;
   const float* a = args.a;
   constexpr uint64_t kLaneBits = (uint64_t{1} << V::kLanes) - 1;
@@ -90,7 +91,8 @@ inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv], const Gem
     typename V::Mask mask[kNv];
 #pragma GCC unroll 8
     for (int v = 0; v < kNv; ++v) {
-      mask[v] = V::mask_bits(static_cast<uint32_t>(args.tap_masks[t] >> (V::kLanes * v) & kLaneBits));
+      mask[v] =
+          V::mask_bits(static_cast<uint32_t>(args.tap_masks[t] >> (V::kLanes * v) & kLaneBits));
     }
     multiply_accumulate<V, kMr, kNv, kRows, kActive, false>(acc, a, args.b + args.tap_offset[t],
                                                             depth, args.ldb, mask);
@@ -103,27 +105,26 @@ inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv], const Gem
 // CNN at batch 1 is such a GEMM, M = 1).
 // kTaps: B is a convolution's taps (multiply_accumulate_taps), a compile-time choice so that
 // each variant's accumulators stay in registers.
-template <typename V, int kMr, int kNv, bool kFullN, bool kTaps, int kRows = kMr,
-          int kActive = kNv>
+template <typename V, int kMr, int kNv, bool kFullN, bool kTaps, int kRows = kMr, int kActive = kNv>
 inline void multiply_accumulate_part(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args,
                                      int rows, int active, const typename V::Mask (&mask)[kNv]) {
   if constexpr (kRows > 1) {
     if (rows < kRows) {
-      return multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps, kRows - 1, kActive>(acc, args, rows,
-                                                                               active, mask);
+      return multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps, kRows - 1, kActive>(
+          acc, args, rows, active, mask);
     }
   }
   if constexpr (kActive > 1 && !kFullN) {
     if (active < kActive) {
-      return multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps, kRows, kActive - 1>(acc, args, rows,
-                                                                               active, mask);
+      return multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps, kRows, kActive - 1>(
+          acc, args, rows, active, mask);
     }
   }
   if constexpr (kTaps) {
     multiply_accumulate_taps<V, kMr, kNv, kRows, kActive>(acc, args);
   } else {
-    multiply_accumulate<V, kMr, kNv, kRows, kActive, kFullN>(acc, args.a, args.b, args.k,
-                                                             args.ldb, mask);
+    multiply_accumulate<V, kMr, kNv, kRows, kActive, kFullN>(acc, args.a, args.b, args.k, args.ldb,
+                                                             mask);
   }
 }
 
@@ -154,8 +155,9 @@ inline void activate_tile(Activation act, typename V::Vec (&acc)[kMr][kNv], floa
 // its own once two variants of the body call it (the taps and the column tail), passing them by
 // address instead: every FMA of the k loop then went through the stack (2x slower).
 template <typename V, int kMr, int kNv, bool kFullN>
-[[gnu::always_inline]] inline void finish_tile(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args,
-                        const typename V::Mask (&mask)[kNv]) {
+[[gnu::always_inline]] inline void finish_tile(typename V::Vec (&acc)[kMr][kNv],
+                                               const GemmUkernelArgs& args,
+                                               const typename V::Mask (&mask)[kNv]) {
   constexpr int kLanes = V::kLanes;
   auto load_columns = [&](const float* row, int v) {
     if constexpr (kFullN) {

@@ -347,17 +347,17 @@ TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
       g.out_h = (g.in_h + g.pad_top + pad_bottom - span_h) / g.stride_h + 1;
       g.out_w = (g.in_w + g.pad_left + pad_right - span_w) / g.stride_w + 1;
     } while (strided && (g.in_w + g.stride_w - 1) / g.stride_w > g.out_w);
-    SCOPED_TRACE(fmt::format("trial {}: c {}->{} {}x{} k{}x{} s{}x{} d{}x{} pads top {} left {} "
-                             "bottom {} -> {}x{}",
-                             trial, g.in_c, g.out_c, g.in_h, g.in_w, g.kernel_h, g.kernel_w,
-                             g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
-                             g.pad_left, pad_bottom, g.out_h, g.out_w));
+    SCOPED_TRACE(fmt::format(
+        "trial {}: c {}->{} {}x{} k{}x{} s{}x{} d{}x{} pads top {} left {} "
+        "bottom {} -> {}x{}",
+        trial, g.in_c, g.out_c, g.in_h, g.in_w, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w,
+        g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, pad_bottom, g.out_h, g.out_w));
     bool with_residual = false;
     const Epilogue e = random_epilogue(rng, &with_residual);
     const Problem p(g, e, with_residual, rng);
     const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), kernels::kAlwaysDense, isa);
-    ASSERT_EQ(conv.implementation(), fmt::format("implicit-gemm-{}x{}/{}", g.kernel_h, g.kernel_w,
-                                                 to_string(isa)));
+    ASSERT_EQ(conv.implementation(),
+              fmt::format("implicit-gemm-{}x{}/{}", g.kernel_h, g.kernel_w, to_string(isa)));
     const int64_t a = draw(0, g.out_h - 1), b = draw(0, g.out_h - 1);
     const int64_t r0 = std::min(a, b), r1 = std::max(a, b) + 1;
     int64_t first = 0, last = 0;
