@@ -22,6 +22,7 @@
 #include "f32-dwconv/dwconv.h"
 #include "f32-gemm/gemm.h"
 #include "f32-spmm/spmm.h"
+#include "per_isa_test.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::testing {
@@ -301,6 +302,44 @@ TEST(ConvTest, Im2colChunksFillTheGemmStrips) {
   }
 }
 
+// A random output row range [r0, r1) of p's geometry, read from a tile buffer holding exactly its
+// input rows (so that a read past them is an ASan error) and written into a whole tensor of
+// sentinels, which check() compares with the expectation inside the range and with the
+// sentinel outside it.
+struct RandomRows {
+  int64_t r0 = 0, r1 = 0;
+  std::vector<float> src_tile, got;
+  PlaneView src, dst, residual;
+
+  RandomRows(const Problem& p, std::mt19937& rng) {
+    const ConvGeometry& g = p.g;
+    const int64_t a = static_cast<int64_t>(rng() % g.out_h),
+                  b = static_cast<int64_t>(rng() % g.out_h);
+    r0 = std::min(a, b);
+    r1 = std::max(a, b) + 1;
+    int64_t first = 0, last = 0;
+    kernels::conv_input_rows(g, r0, r1, &first, &last);
+    src_tile = copy_rows(p.src, g.in_c, g.in_h, g.in_w, first, last);
+    got.assign(p.expected.size(), kSentinel);
+    src = {src_tile.data(), first, (last - first) * g.in_w};
+    dst = {got.data(), 0, g.out_h * g.out_w};
+    residual = {const_cast<float*>(p.residual.data()), 0, g.out_h * g.out_w};
+  }
+  const PlaneView* residual_or_null(const Problem& p) const {
+    return p.has_residual ? &residual : nullptr;
+  }
+  void check(const Problem& p, float tol) const {
+    for (std::size_t i = 0; i < p.expected.size(); ++i) {
+      const int64_t r = static_cast<int64_t>(i) % (p.g.out_h * p.g.out_w) / p.g.out_w;
+      if (r < r0 || r >= r1) {
+        ASSERT_EQ(got[i], kSentinel) << "wrote outside rows [" << r0 << ", " << r1 << ") at " << i;
+      } else {
+        ASSERT_NEAR(got[i], p.expected[i], tol * (1.0f + std::abs(p.expected[i]))) << i;
+      }
+    }
+  }
+};
+
 // The implicit GEMM on each ISA tier, in place (stride 1, rows as wide in as out) and over
 // stride phases (strides up to 3 per axis, no phase row wider than an output row): random kernel
 // sizes and dilations per axis, paddings drawn apart on every side (the left one anywhere in
@@ -308,14 +347,7 @@ TEST(ConvTest, Im2colChunksFillTheGemmStrips) {
 // past one block of L1; a random row range read from a tile buffer holding exactly its input rows
 // (a read past them is an ASan error on the portable tier) and written into a whole tensor whose
 // other rows must stay untouched.
-class DenseConvIsaTest : public ::testing::TestWithParam<kernels::Isa> {
- protected:
-  void SetUp() override {
-    if (!kernels::isa_available(GetParam())) {
-      GTEST_SKIP() << to_string(GetParam()) << " cannot run here: " << kernels::isa_reason();
-    }
-  }
-};
+using DenseConvIsaTest = PerIsaTest;
 
 TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
   const kernels::Isa isa = GetParam();
@@ -358,48 +390,20 @@ TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
     const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), kernels::kAlwaysDense, isa);
     ASSERT_EQ(conv.implementation(),
               fmt::format("implicit-gemm-{}x{}/{}", g.kernel_h, g.kernel_w, to_string(isa)));
-    const int64_t a = draw(0, g.out_h - 1), b = draw(0, g.out_h - 1);
-    const int64_t r0 = std::min(a, b), r1 = std::max(a, b) + 1;
-    int64_t first = 0, last = 0;
-    kernels::conv_input_rows(g, r0, r1, &first, &last);
-    const std::vector<float> src_tile = copy_rows(p.src, g.in_c, g.in_h, g.in_w, first, last);
-    const PlaneView src_view{const_cast<float*>(src_tile.data()), first, (last - first) * g.in_w};
-    const int64_t out_plane = g.out_h * g.out_w;
-    const PlaneView res_view{const_cast<float*>(p.residual.data()), 0, out_plane};
-    std::vector<float> got(p.expected.size(), kSentinel);
+    RandomRows rows(p, rng);
     std::vector<float> scratch;
-    kernels::conv2d_rows(conv, src_view, {got.data(), 0, out_plane}, r0, r1, e,
-                         with_residual ? &res_view : nullptr, scratch);
-    const float tol = 2e-5f * std::sqrt(static_cast<float>(g.in_c * g.kernel_h * g.kernel_w));
-    for (std::size_t i = 0; i < p.expected.size(); ++i) {
-      const int64_t r = static_cast<int64_t>(i) % out_plane / g.out_w;
-      if (r < r0 || r >= r1) {
-        ASSERT_EQ(got[i], kSentinel) << "wrote outside rows [" << r0 << ", " << r1 << ") at " << i;
-      } else {
-        ASSERT_NEAR(got[i], p.expected[i], (tol + 1e-5f) * (1.0f + std::abs(p.expected[i]))) << i;
-      }
-    }
+    kernels::conv2d_rows(conv, rows.src, rows.dst, rows.r0, rows.r1, e, rows.residual_or_null(p),
+                         scratch);
+    rows.check(p, 2e-5f * std::sqrt(static_cast<float>(g.in_c * g.kernel_h * g.kernel_w)) + 1e-5f);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryIsa, DenseConvIsaTest,
-                         ::testing::Values(kernels::Isa::kPortable, kernels::Isa::kAvx2,
-                                           kernels::Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<kernels::Isa>& info) {
-                           return std::string(to_string(info.param));
-                         });
+SPARSECOL_EVERY_ISA(DenseConvIsaTest);
 
 // The depthwise kernel called directly on each ISA tier; a tier this machine cannot run is
 // skipped with the reason. Widths below, at and above the vector width of every tier and the
 // four-vector block of window_row (4, 8, 16 lanes; 16, 32, 64 outputs).
-class DepthwiseConvTest : public ::testing::TestWithParam<kernels::Isa> {
- protected:
-  void SetUp() override {
-    if (!kernels::isa_available(GetParam())) {
-      GTEST_SKIP() << to_string(GetParam()) << " cannot run here: " << kernels::isa_reason();
-    }
-  }
-};
+using DepthwiseConvTest = PerIsaTest;
 
 TEST_P(DepthwiseConvTest, MatchesReference) {
   const kernels::Isa isa = GetParam();
@@ -466,27 +470,12 @@ TEST_P(DepthwiseConvTest, PlanesMatchReferenceOnRandomGeometries) {
     bool with_residual = false;
     const Epilogue e = random_epilogue(rng, &with_residual);
     const Problem p(g, e, with_residual, rng);
-    const int64_t a = draw(0, g.out_h - 1), b = draw(0, g.out_h - 1);
-    const int64_t r0 = std::min(a, b), r1 = std::max(a, b) + 1;
-    int64_t first = 0, last = 0;
-    kernels::conv_input_rows(g, r0, r1, &first, &last);
-    const std::vector<float> src_tile = copy_rows(p.src, g.in_c, g.in_h, g.in_w, first, last);
-    const PlaneView src_view{const_cast<float*>(src_tile.data()), first, (last - first) * g.in_w};
-    const int64_t out_plane = g.out_h * g.out_w;
-    const PlaneView res_view{const_cast<float*>(p.residual.data()), 0, out_plane};
-    std::vector<float> got(p.expected.size(), kSentinel);
+    RandomRows rows(p, rng);
     std::vector<float> scratch;
-    kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), src_view, {got.data(), 0, out_plane},
-                           r0, r1, e, with_residual ? &res_view : nullptr, scratch, isa,
+    kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), rows.src, rows.dst, rows.r0, rows.r1,
+                           e, rows.residual_or_null(p), scratch, isa,
                            kernels::DwconvMethod::kPlanes);
-    for (std::size_t i = 0; i < p.expected.size(); ++i) {
-      const int64_t r = static_cast<int64_t>(i) % out_plane / g.out_w;
-      if (r < r0 || r >= r1) {
-        ASSERT_EQ(got[i], kSentinel) << "wrote outside rows [" << r0 << ", " << r1 << ") at " << i;
-      } else {
-        ASSERT_NEAR(got[i], p.expected[i], 1e-4f * (1.0f + std::abs(p.expected[i]))) << i;
-      }
-    }
+    rows.check(p, 1e-4f);
   }
 }
 
@@ -547,12 +536,7 @@ TEST_P(DepthwiseConvTest, ChannelLanesMatchPlanesBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryIsa, DepthwiseConvTest,
-                         ::testing::Values(kernels::Isa::kPortable, kernels::Isa::kAvx2,
-                                           kernels::Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<kernels::Isa>& info) {
-                           return std::string(to_string(info.param));
-                         });
+SPARSECOL_EVERY_ISA(DepthwiseConvTest);
 
 }  // namespace
 }  // namespace sparsecol::testing

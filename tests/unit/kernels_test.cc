@@ -19,6 +19,7 @@
 #include "f32-eltwise/eltwise.h"
 #include "f32-norm/norm.h"
 #include "f32-pool/pool.h"
+#include "per_isa_test.h"
 #include "reference/elementwise.h"
 #include "reference/normalization.h"
 #include "reference/pool.h"
@@ -30,26 +31,11 @@ namespace {
 using kernels::Isa;
 using kernels::PlaneView;
 
-// A test of one kernel family on the ISA tier GetParam().
-class PerIsaTest : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!kernels::isa_available(GetParam())) {
-      GTEST_SKIP() << to_string(GetParam()) << " cannot run here: " << kernels::isa_reason();
-    }
-  }
-};
 using PoolTest = PerIsaTest;
 using SoftmaxTest = PerIsaTest;
 using LayerNormTest = PerIsaTest;
 using EltwiseTest = PerIsaTest;
 
-#define SPARSECOL_EVERY_ISA(suite)                                                      \
-  INSTANTIATE_TEST_SUITE_P(EveryIsa, suite,                                             \
-                           ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512), \
-                           [](const ::testing::TestParamInfo<Isa>& info) {              \
-                             return std::string(to_string(info.param));                 \
-                           })
 SPARSECOL_EVERY_ISA(PoolTest);
 SPARSECOL_EVERY_ISA(SoftmaxTest);
 SPARSECOL_EVERY_ISA(LayerNormTest);

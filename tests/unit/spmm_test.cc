@@ -20,6 +20,7 @@
 #include "f32-conv/conv.h"
 #include "f32-gemm/gemm.h"
 #include "f32-spmm/spmm.h"
+#include "per_isa_test.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::testing {
@@ -399,14 +400,7 @@ void check_conv_region(const kernels::PackedConv& conv, const ConvProblem& p, in
   }
 }
 
-class SparseConvTest : public ::testing::TestWithParam<kernels::Isa> {
- protected:
-  void SetUp() override {
-    if (!kernels::isa_available(GetParam())) {
-      GTEST_SKIP() << to_string(GetParam()) << " cannot run here: " << kernels::isa_reason();
-    }
-  }
-};
+using SparseConvTest = PerIsaTest;
 
 TEST_P(SparseConvTest, MatchesReferenceConvolution) {
   const kernels::Isa isa = GetParam();
@@ -523,12 +517,7 @@ TEST_P(SparseConvTest, PointwiseGivesTheSameBitsWhereverBLies) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryIsa, SparseConvTest,
-                         ::testing::Values(kernels::Isa::kPortable, kernels::Isa::kAvx2,
-                                           kernels::Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<kernels::Isa>& info) {
-                           return std::string(to_string(info.param));
-                         });
+SPARSECOL_EVERY_ISA(SparseConvTest);
 
 TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
   std::mt19937 rng(3);
@@ -596,14 +585,7 @@ TEST(DenseConvRegionTest, BlocksOfChannelsMatchReference) {
 
 // ---- Sparse linear layers vs the reference GEMM ----
 
-class SparseLinearTest : public ::testing::TestWithParam<kernels::Isa> {
- protected:
-  void SetUp() override {
-    if (!kernels::isa_available(GetParam())) {
-      GTEST_SKIP() << to_string(GetParam()) << " cannot run here: " << kernels::isa_reason();
-    }
-  }
-};
+using SparseLinearTest = PerIsaTest;
 
 TEST_P(SparseLinearTest, MatchesReferenceGemm) {
   std::mt19937 rng(21);
@@ -754,12 +736,7 @@ TEST_P(SparseLinearTest, RefusesARowBiasAndBadFeatureRanges) {
                Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryIsa, SparseLinearTest,
-                         ::testing::Values(kernels::Isa::kPortable, kernels::Isa::kAvx2,
-                                           kernels::Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<kernels::Isa>& info) {
-                           return std::string(to_string(info.param));
-                         });
+SPARSECOL_EVERY_ISA(SparseLinearTest);
 
 }  // namespace
 }  // namespace sparsecol::testing
