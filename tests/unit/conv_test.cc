@@ -302,6 +302,11 @@ TEST(ConvTest, Im2colChunksFillTheGemmStrips) {
   }
 }
 
+// A uniformly drawn integer in [lo, hi].
+int64_t draw_between(std::mt19937& rng, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
+}
+
 // A random output row range [r0, r1) of p's geometry, read from a tile buffer holding exactly its
 // input rows (so that a read past them is an ASan error) and written into a whole tensor of
 // sentinels, which check() compares with the expectation inside the range and with the
@@ -352,9 +357,7 @@ using DenseConvIsaTest = PerIsaTest;
 TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
   const kernels::Isa isa = GetParam();
   std::mt19937 rng(53);
-  auto draw = [&](int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
-  };
+  auto draw = [&](int64_t lo, int64_t hi) { return draw_between(rng, lo, hi); };
   for (int trial = 0; trial < 80; ++trial) {
     ConvGeometry g;
     g.in_c = trial % 10 == 0 ? draw(90, 200) : draw(16, 40);
@@ -442,9 +445,7 @@ TEST_P(DepthwiseConvTest, MatchesReference) {
 TEST_P(DepthwiseConvTest, PlanesMatchReferenceOnRandomGeometries) {
   const kernels::Isa isa = GetParam();
   std::mt19937 rng(31);
-  auto draw = [&](int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
-  };
+  auto draw = [&](int64_t lo, int64_t hi) { return draw_between(rng, lo, hi); };
   for (int trial = 0; trial < 150; ++trial) {
     ConvGeometry g;
     g.in_c = g.out_c = g.groups = draw(1, 12);

@@ -20,6 +20,7 @@
 #include "f32-gemm/gemm.h"
 #include "f32-gemm/ukernels.h"
 #include "isa.h"
+#include "per_isa_test.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::kernels {
@@ -209,11 +210,10 @@ INSTANTIATE_TEST_SUITE_P(AllUkernels, GemmUkernelTest,
                            return std::string(gemm_ukernels()[info.param].name);
                          });
 
-class GemmPackedTest : public ::testing::TestWithParam<Isa> {};
+using GemmPackedTest = sparsecol::testing::PerIsaTest;
 
 TEST_P(GemmPackedTest, PackedWeightsMatchReference) {
   const Isa isa = GetParam();
-  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
   std::mt19937 rng(42);
   std::uniform_int_distribution<int64_t> dim(1, 90);
   for (int trial = 0; trial < 40; ++trial) {
@@ -236,7 +236,6 @@ TEST_P(GemmPackedTest, PackedWeightsMatchReference) {
 // does not start a panel is refused.
 TEST_P(GemmPackedTest, RowRangesGiveTheBitsOfTheWhole) {
   const Isa isa = GetParam();
-  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
   std::mt19937 rng(44);
   std::uniform_int_distribution<int64_t> dim(1, 90);
   for (int trial = 0; trial < 20; ++trial) {
@@ -269,7 +268,6 @@ TEST_P(GemmPackedTest, RowRangesGiveTheBitsOfTheWhole) {
 // split gives the bits of the whole.
 TEST_P(GemmPackedTest, PackedBMatchesReferenceOverColumnRegions) {
   const Isa isa = GetParam();
-  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
   std::mt19937 rng(43);
   std::uniform_int_distribution<int64_t> dim(1, 90);
   std::vector<float> scratch;
@@ -309,7 +307,6 @@ TEST_P(GemmPackedTest, PackedBMatchesReferenceOverColumnRegions) {
 // strips are the same layout.
 TEST_P(GemmPackedTest, StripsPackedByRowBlocksMatchReference) {
   const Isa isa = GetParam();
-  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
   std::mt19937 rng(44);
   std::uniform_int_distribution<int64_t> dim(1, 90), block_rows(1, 20);
   std::vector<float> scratch;
@@ -343,7 +340,6 @@ TEST_P(GemmPackedTest, StripsPackedByRowBlocksMatchReference) {
 
 TEST_P(GemmPackedTest, PackedBRefusesRegionsItDoesNotHold) {
   const Isa isa = GetParam();
-  if (!isa_available(isa)) GTEST_SKIP() << to_string(isa) << ": " << isa_reason();
   const std::vector<float> b(8 * 40, 1.0f), a(4 * 8, 1.0f);
   std::vector<float> c(4 * 40), scratch;
   const PackedB packed(b.data(), 8, 40, 40, isa);
@@ -357,11 +353,7 @@ TEST_P(GemmPackedTest, PackedBRefusesRegionsItDoesNotHold) {
                Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, GemmPackedTest,
-                         ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(to_string(info.param));
-                         });
+SPARSECOL_EVERY_ISA(GemmPackedTest);
 
 TEST(GemmTest, DefaultPathMatchesReferenceAndReusesScratch) {
   std::mt19937 rng(7);
