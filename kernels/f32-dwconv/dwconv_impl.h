@@ -5,6 +5,7 @@
 #include "f32-dwconv/dwconv.h"
 #include "f32-dwconv/lanes_impl.h"
 #include "f32-dwconv/window_impl.h"
+#include "scratch.h"
 
 namespace sparsecol::kernels {
 namespace {
@@ -101,11 +102,112 @@ inline void dwconv2d_flat(const ConvGeometry& g, const float* weight, const floa
   }
 }
 
+// Whether dwconv3x3_shifted serves geometry g: 3x3, stride 1, undilated, one column of padding
+// on each side (out_w == in_w), rows at least half a vector wide (narrower planes would waste
+// most of every vector on the padding).
+inline bool shifted_supported(const ConvGeometry& g) {
+  return g.kernel_h == 3 && g.kernel_w == 3 && g.stride_h == 1 && g.stride_w == 1 &&
+         g.dilation_h == 1 && g.dilation_w == 1 && g.pad_left == 1 && g.out_w == g.in_w &&
+         2 * g.in_w >= kLanes;
+}
+
+// 3x3 stride 1 on planes with no transposes and no unaligned taps (MobileNetV2's stride-1
+// layers): per channel, the region's input rows are copied into a zeroed block whose rows are
+// `pitch` = in_w + 1 rounded up to whole vectors apart, every row starting on a cache line
+// (the zeros after a row's data are its right padding and the next row's left padding). Output
+// (oh, x) sits at flat position q = (oh - oh_begin) * pitch + x and reads, per tap row ky, the
+// three vectors at q + ky * pitch - kLanes, q + ky * pitch, q + ky * pitch + kLanes: the
+// middle one is tap kx = 1 as loaded, taps 0 and 2 are it shifted by one lane from its
+// neighbours (one valignd each). Consecutive output vectors share those loads, so a vector of
+// outputs costs 9 FMAs, 6 lane shifts and 3 aligned loads, and its epilogue runs on the
+// register (no accumulator buffer). Against the channel-lane kernel, whose two 16x16 transposes
+// per vector were over half its time (bench/dwconv_bench.cc, Zen 5, one thread): see dwconv.h.
+inline void dwconv3x3_shifted(const ConvGeometry& g, const float* weight, const float* bias,
+                              const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
+                              int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
+                              std::vector<float>& scratch) {
+  constexpr int64_t kGroup = 4;  // output vectors per step: four FMA chains hide the latency
+  // The block stays in L1: chunks of output rows whose input rows take at most this much.
+  constexpr int64_t kBlockBytes = 16 * 1024;
+  const int64_t pitch = round_up(g.in_w + 1, kLanes);
+  const int64_t chunk = std::clamp<int64_t>(
+      kBlockBytes / static_cast<int64_t>(sizeof(float)) / pitch - 2, 1, oh_end - oh_begin);
+  // Flat positions a chunk computes; a vector of zeros before block row 0 (its left padding);
+  // after the rows, what the last group's reads reach: two tap rows and a vector past it.
+  const int64_t outputs = round_up(chunk * pitch, kGroup * kLanes);
+  const int64_t lead = kLanes;
+  const int64_t block_len = lead + std::max((chunk + 2) * pitch, outputs + 2 * pitch + kLanes);
+  float* block = aligned_scratch(scratch, block_len);
+  // Zeroed once: the copies rewrite only the rows' data positions (whole vectors, zeros past
+  // the row), which keeps every padding column zero.
+  std::fill_n(block, block_len, 0.0f);
+  const StoreMode mode = store_mode(epilogue, residual);
+
+  for (int64_t c = 0; c < g.in_c; ++c) {
+    const float* plane = src.data + c * src.plane_stride;
+    Vec w[9];
+    for (int t = 0; t < 9; ++t) w[t] = broadcast(weight + c * 9 + t);
+    const Vec b = splat(bias != nullptr ? bias[c] : 0.0f);
+    for (int64_t r0 = oh_begin; r0 < oh_end; r0 += chunk) {
+      const int64_t rows = std::min(chunk, oh_end - r0);
+      const int64_t v0 = r0 - g.pad_top;  // input row of block row 0
+      for (int64_t r = 0; r < rows + 2; ++r) {
+        float* to = block + lead + r * pitch;
+        const int64_t v = v0 + r;
+        if (v < 0 || v >= g.in_h) {
+          std::fill_n(to, g.in_w, 0.0f);
+          continue;
+        }
+        const float* from = plane + (v - src.row0) * g.in_w;
+        int64_t x = 0;
+        for (; x + kLanes <= g.in_w; x += kLanes) store(to + x, load(from + x));
+        if (x < g.in_w) store(to + x, load_partial(from + x, g.in_w - x));
+      }
+      const float* res = residual == nullptr ? nullptr
+                                             : residual->data + c * residual->plane_stride +
+                                                   (r0 - residual->row0) * g.out_w;
+      float* out = dst.data + c * dst.plane_stride + (r0 - dst.row0) * g.out_w;
+      const int64_t positions = rows * pitch;
+      with_store_mode(mode, [&](auto m) {
+        const EpilogueStore<decltype(m)::value> store_vector(epilogue);
+        int64_t row = 0, x = 0;  // of flat position q (pitch is a whole number of vectors)
+        for (int64_t q = 0; q < positions; q += kGroup * kLanes) {
+          Vec a[kGroup];
+          for (int i = 0; i < kGroup; ++i) a[i] = b;
+          for (int ky = 0; ky < 3; ++ky) {
+            const float* p = block + lead + ky * pitch + q;
+            Vec prev = load(p - kLanes), cur = load(p);
+            for (int i = 0; i < kGroup; ++i) {
+              const Vec next = load(p + (i + 1) * kLanes);
+              a[i] = fmadd(shift_lanes<kLanes - 1>(prev, cur), w[3 * ky], a[i]);
+              a[i] = fmadd(cur, w[3 * ky + 1], a[i]);
+              a[i] = fmadd(shift_lanes<1>(cur, next), w[3 * ky + 2], a[i]);
+              prev = cur;
+              cur = next;
+            }
+          }
+          for (int i = 0; i < kGroup; ++i, x += kLanes) {
+            if (x == pitch) x = 0, ++row;
+            if (row >= rows || x >= g.out_w) continue;  // padding columns, rows past the chunk
+            const int64_t o = row * g.out_w + x;
+            store_vector(a[i], res == nullptr ? nullptr : res + o, std::min(kLanes, g.out_w - x),
+                         out + o);
+          }
+        }
+      });
+    }
+  }
+}
+
 // The per-plane kernel (DwconvMethod::kPlanes): see dwconv.h.
 inline void dwconv2d_planes(const ConvGeometry& g, const float* weight, const float* bias,
                             const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
                             int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
                             std::vector<float>& scratch) {
+  if (shifted_supported(g)) {
+    dwconv3x3_shifted(g, weight, bias, src, dst, oh_begin, oh_end, epilogue, residual, scratch);
+    return;
+  }
   if (g.stride_h == 1 && g.stride_w == 1) {
     dwconv2d_flat(g, weight, bias, src, dst, oh_begin, oh_end, epilogue, residual, scratch);
     return;
@@ -142,8 +244,11 @@ inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const
   // kAuto: the channel-lane kernel wherever it applies and its transposes are tuned (AVX2,
   // AVX-512): 2.4-4.5x the per-plane kernel on MobileNetV2's layers on Zen 3, 1.2-6.3x on Zen 5
   // (bench/dwconv_bench.cc, dwconv.h).
+  // Planes at least a vector wide go to the shifted-tap kernel instead, where it applies: no
+  // transposes (1.06-1.18x the channel lanes on MobileNetV2's 28- to 112-wide layers, Zen 5).
   const bool lanes =
-      method == DwconvMethod::kChannelLanes || (method == DwconvMethod::kAuto && kTransposeTuned);
+      method == DwconvMethod::kChannelLanes || (method == DwconvMethod::kAuto && kTransposeTuned &&
+                                                !(shifted_supported(g) && g.in_w >= kLanes));
   const WindowGeometry wg{g.in_h,     g.in_w,    g.out_w,    g.kernel_h,   g.kernel_w,  g.stride_h,
                           g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w};
   const int64_t lanes_c = lanes && lanes_supported(wg, g.in_c) ? g.in_c / kLanes * kLanes : 0;

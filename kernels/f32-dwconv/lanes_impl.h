@@ -32,6 +32,7 @@
 #include "f32-conv/conv.h"
 #include "f32-dwconv/window_impl.h"
 #include "f32-eltwise/simd.h"
+#include "scratch.h"
 
 namespace sparsecol::kernels {
 namespace {
@@ -281,9 +282,11 @@ inline void window3x3_lanes(const WindowGeometry& g, int64_t c_end, float pad,
   const int64_t cols = std::clamp(padded_w - g.pad_left, int64_t{0}, g.in_w);  // input columns read
   const int64_t row_floats = padded_w * kLanes;
   const int64_t out_blocks = (g.out_w + kLanes - 1) / kLanes;
-  // The padding columns keep `pad` for the whole call.
-  scratch.assign(static_cast<std::size_t>(3 * row_floats + out_blocks * kLanes * kLanes), pad);
-  float* ring = scratch.data();
+  // The padding columns keep `pad` for the whole call. Line-aligned: every tap and every
+  // transposed row is a whole-line vector access (the kernel is bound by those loads).
+  const int64_t scratch_floats = 3 * row_floats + out_blocks * kLanes * kLanes;
+  float* ring = aligned_scratch(scratch, scratch_floats);
+  std::fill_n(ring, scratch_floats, pad);
   float* out = ring + 3 * row_floats;
   const StoreMode mode = store_mode(e, residual);
   auto slot = [&](int64_t v) { return ring + (v % 3 + 3) % 3 * row_floats; };

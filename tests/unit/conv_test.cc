@@ -480,6 +480,32 @@ TEST_P(DepthwiseConvTest, PlanesMatchReferenceOnRandomGeometries) {
   }
 }
 
+// The shifted-tap kernel (3x3 stride 1, one column of padding a side: the per-plane path's
+// lowering for it) on widths around whole vectors of every tier (a row's padding then fills a
+// whole vector of its pitch), and heights past one L1 chunk of rows at the widest (its chunks
+// re-copy two halo rows each): a random row range read from a tile buffer holding exactly its
+// input rows, written into a whole tensor whose other rows must stay untouched.
+TEST_P(DepthwiseConvTest, ShiftedTapsMatchReferenceAcrossWidthsAndChunks) {
+  const kernels::Isa isa = GetParam();
+  std::mt19937 rng(37);
+  for (const int64_t width : {2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 57, 112, 127, 128, 129}) {
+    const int64_t height = width >= 100 ? draw_between(rng, 20, 80) : draw_between(rng, 1, 20);
+    const int64_t channels = draw_between(rng, 1, 5);
+    const ConvGeometry g =
+        make_geometry(ConvCase{"", channels, channels, height, width, 3, 1, 1, 1, channels});
+    SCOPED_TRACE(fmt::format("c {} {}x{}", channels, height, width));
+    bool with_residual = false;
+    const Epilogue e = random_epilogue(rng, &with_residual);
+    const Problem p(g, e, with_residual, rng);
+    RandomRows rows(p, rng);
+    std::vector<float> scratch;
+    kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), rows.src, rows.dst, rows.r0, rows.r1,
+                           e, rows.residual_or_null(p), scratch, isa,
+                           kernels::DwconvMethod::kPlanes);
+    rows.check(p, 1e-4f);
+  }
+}
+
 // The channel-lane 3x3 kernel against the per-plane one, bit for bit (both accumulate bias, then
 // the taps in the same order, so the depth-wise and layer-wise schedules agree whichever kernel
 // a tile gets), and against the reference: random 3x3 geometries with channel counts that leave
