@@ -436,6 +436,20 @@ TEST_P(DepthwiseConvTest, MatchesReference) {
   }
 }
 
+// The per-plane depthwise kernel on geometry g with a random epilogue, over a random row range
+// read from a tile buffer holding exactly its input rows (so an over-read past them is an ASan
+// error) and written into a whole tensor whose other rows must stay untouched.
+void check_planes_on_random_rows(const ConvGeometry& g, kernels::Isa isa, std::mt19937& rng) {
+  bool with_residual = false;
+  const Epilogue e = random_epilogue(rng, &with_residual);
+  const Problem p(g, e, with_residual, rng);
+  RandomRows rows(p, rng);
+  std::vector<float> scratch;
+  kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), rows.src, rows.dst, rows.r0, rows.r1, e,
+                         rows.residual_or_null(p), scratch, isa, kernels::DwconvMethod::kPlanes);
+  rows.check(p, 1e-4f);
+}
+
 // The per-plane kernel on random geometries: kernel sizes 1-5 per axis, stride and dilation 1-2
 // per axis, top/left and bottom/right padding drawn apart from 0 to the kernel size (ONNX puts no
 // bound on pads; SAME_UPPER pads only the end; pads wider than the kernel's reach make the flat
@@ -468,23 +482,14 @@ TEST_P(DepthwiseConvTest, PlanesMatchReferenceOnRandomGeometries) {
                              g.in_c, g.in_h, g.in_w, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w,
                              g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, pad_bottom,
                              pad_right));
-    bool with_residual = false;
-    const Epilogue e = random_epilogue(rng, &with_residual);
-    const Problem p(g, e, with_residual, rng);
-    RandomRows rows(p, rng);
-    std::vector<float> scratch;
-    kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), rows.src, rows.dst, rows.r0, rows.r1,
-                           e, rows.residual_or_null(p), scratch, isa,
-                           kernels::DwconvMethod::kPlanes);
-    rows.check(p, 1e-4f);
+    check_planes_on_random_rows(g, isa, rng);
   }
 }
 
 // The shifted-tap kernel (3x3 stride 1, one column of padding a side: the per-plane path's
 // lowering for it) on widths around whole vectors of every tier (a row's padding then fills a
 // whole vector of its pitch), and heights past one L1 chunk of rows at the widest (its chunks
-// re-copy two halo rows each): a random row range read from a tile buffer holding exactly its
-// input rows, written into a whole tensor whose other rows must stay untouched.
+// re-copy two halo rows each).
 TEST_P(DepthwiseConvTest, ShiftedTapsMatchReferenceAcrossWidthsAndChunks) {
   const kernels::Isa isa = GetParam();
   std::mt19937 rng(37);
@@ -494,15 +499,7 @@ TEST_P(DepthwiseConvTest, ShiftedTapsMatchReferenceAcrossWidthsAndChunks) {
     const ConvGeometry g =
         make_geometry(ConvCase{"", channels, channels, height, width, 3, 1, 1, 1, channels});
     SCOPED_TRACE(fmt::format("c {} {}x{}", channels, height, width));
-    bool with_residual = false;
-    const Epilogue e = random_epilogue(rng, &with_residual);
-    const Problem p(g, e, with_residual, rng);
-    RandomRows rows(p, rng);
-    std::vector<float> scratch;
-    kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(), rows.src, rows.dst, rows.r0, rows.r1,
-                           e, rows.residual_or_null(p), scratch, isa,
-                           kernels::DwconvMethod::kPlanes);
-    rows.check(p, 1e-4f);
+    check_planes_on_random_rows(g, isa, rng);
   }
 }
 
