@@ -36,6 +36,15 @@ inline void store_rows(const float* acc, int64_t pitch, int64_t rows, int64_t ou
   }
 }
 
+// n floats from `from` to `to` as whole vector stores, the last one zero-filled past the row: the
+// flat blocks' row copy, whose rows are at least a vector of zeros apart or copied in order (what
+// a store writes past the row is padding or the next row's data, copied after it).
+inline void copy_row_in_vectors(const float* from, int64_t n, float* to) {
+  int64_t x = 0;
+  for (; x + kLanes <= n; x += kLanes) store(to + x, load(from + x));
+  if (x < n) store(to + x, load_partial(from + x, n - x));
+}
+
 // Stride 1 on planes: the region's input rows of a channel lie in one flat block whose rows are
 // `pitch` = in_w + max(pad_left, pad_right) floats apart, the zeros after one row's data serving
 // as the right padding of that row and the left padding of the next. Output (oh, x) then sits at
@@ -82,13 +91,9 @@ inline void dwconv2d_flat(const ConvGeometry& g, const float* weight, const floa
   for (int64_t c = 0; c < g.in_c; ++c) {
     const float* plane = src.data + c * src.plane_stride;
     for (int64_t v = row_first; v < row_last; ++v) {
-      // Whole vectors, the last one zero-filled past the row: what it writes beyond the row is
-      // padding (zeros) or the next row's data, copied after it.
       const float* from = plane + (v - src.row0) * g.in_w;
       float* to = block + (v - v0) * pitch + g.pad_left;
-      int64_t x = 0;
-      for (; x + kLanes <= g.in_w; x += kLanes) store(to + x, load(from + x));
-      if (x < g.in_w) store(to + x, load_partial(from + x, g.in_w - x));
+      copy_row_in_vectors(from, g.in_w, to);
     }
     const MultiplyAdd op{weight + c * taps, splat(bias != nullptr ? bias[c] : 0.0f)};
     window_row(b, block, acc, op);
@@ -159,9 +164,7 @@ inline void dwconv3x3_shifted(const ConvGeometry& g, const float* weight, const 
           continue;
         }
         const float* from = plane + (v - src.row0) * g.in_w;
-        int64_t x = 0;
-        for (; x + kLanes <= g.in_w; x += kLanes) store(to + x, load(from + x));
-        if (x < g.in_w) store(to + x, load_partial(from + x, g.in_w - x));
+        copy_row_in_vectors(from, g.in_w, to);
       }
       const float* res = residual == nullptr ? nullptr
                                              : residual->data + c * residual->plane_stride +
