@@ -682,6 +682,7 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
 int64_t PackedConv::channel_granule() const {
   if (impl_->is_sparse()) return 1;
   if (impl_->is_gemm() && geometry_.groups == 1) return impl_->groups.front().panel_rows();
+  if (impl_->kind == Impl::Kind::kDepthwise) return std::min<int64_t>(geometry_.out_c, 16);
   return geometry_.out_c;
 }
 
@@ -871,8 +872,15 @@ void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView
     sparse_conv_rows(g, impl, src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue, residual,
                      scratch);
   } else if (impl.kind == PackedConv::Impl::Kind::kDepthwise) {
-    dwconv2d_rows(g, impl.weight.data(), impl.bias.data(), src, dst, oh_begin, oh_end, epilogue,
-                  residual, scratch);
+    // Channels are independent: the range is a depthwise convolution of its own on shifted views.
+    ConvGeometry part = g;
+    part.in_c = part.out_c = part.groups = oc_end - oc_begin;
+    const PlaneView part_residual = residual != nullptr ? from_channel(*residual, oc_begin)
+                                                        : PlaneView{};
+    dwconv2d_rows(part, impl.weight.data() + oc_begin * g.kernel_h * g.kernel_w,
+                  impl.bias.data() + oc_begin, from_channel(src, oc_begin),
+                  from_channel(dst, oc_begin), oh_begin, oh_end, epilogue,
+                  residual != nullptr ? &part_residual : nullptr, scratch);
   } else {
     dense_conv_rows(g, impl, src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue, residual,
                     scratch);

@@ -75,6 +75,11 @@ struct PlaneView {
   int64_t plane_stride = 0;
 };
 
+// The view of channels [c, ...) of `v`: the same rows, planes shifted by c.
+inline PlaneView from_channel(const PlaneView& v, int64_t c) {
+  return {v.data + c * v.plane_stride, v.row0, v.plane_stride};
+}
+
 // Weights (and bias) packed once at load for the implementation the geometry selects.
 class PackedConv {
  public:
@@ -91,7 +96,8 @@ class PackedConv {
   int64_t packed_bytes() const;        // bytes of the packed weight and bias
   // conv2d_region takes output channel ranges that start at a multiple of this and end at one
   // or at out_c: 1 for the sparse implementations, the GEMM's panel height for a dense GEMM of
-  // one group, out_c (all channels only) for grouped and depthwise convolutions.
+  // one group, a vector of channels for depthwise convolutions (the channel-lane kernel's
+  // group), out_c (all channels only) for other grouped convolutions.
   int64_t channel_granule() const;
 
   struct Impl;

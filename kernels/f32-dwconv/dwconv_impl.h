@@ -264,16 +264,11 @@ inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const
   // The remaining channels, through the per-plane kernel on views shifted by lanes_c channels.
   ConvGeometry rest = g;
   rest.in_c = rest.out_c = rest.groups = g.in_c - lanes_c;
-  const PlaneView src_rest{src.data + lanes_c * src.plane_stride, src.row0, src.plane_stride};
-  const PlaneView dst_rest{dst.data + lanes_c * dst.plane_stride, dst.row0, dst.plane_stride};
-  PlaneView res_rest;
-  if (residual != nullptr) {
-    res_rest = {residual->data + lanes_c * residual->plane_stride, residual->row0,
-                residual->plane_stride};
-  }
+  const PlaneView res_rest = residual != nullptr ? from_channel(*residual, lanes_c) : PlaneView{};
   dwconv2d_planes(rest, weight + lanes_c * g.kernel_h * g.kernel_w,
-                  bias == nullptr ? nullptr : bias + lanes_c, src_rest, dst_rest, oh_begin, oh_end,
-                  epilogue, residual == nullptr ? nullptr : &res_rest, scratch);
+                  bias == nullptr ? nullptr : bias + lanes_c, from_channel(src, lanes_c),
+                  from_channel(dst, lanes_c), oh_begin, oh_end, epilogue,
+                  residual == nullptr ? nullptr : &res_rest, scratch);
 }
 
 }  // namespace

@@ -100,8 +100,7 @@ inline void pool2d_rows_impl(PoolKind kind, const PoolGeometry& g, const PlaneVi
   if (lanes_c == g.channels) return;
   PoolGeometry rest = g;
   rest.channels = g.channels - lanes_c;
-  pool2d_planes(kind, rest, wg, {src.data + lanes_c * src.plane_stride, src.row0, src.plane_stride},
-                {dst.data + lanes_c * dst.plane_stride, dst.row0, dst.plane_stride}, oh_begin,
+  pool2d_planes(kind, rest, wg, from_channel(src, lanes_c), from_channel(dst, lanes_c), oh_begin,
                 oh_end, scratch);
 }
 

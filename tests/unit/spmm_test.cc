@@ -544,7 +544,8 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
   EXPECT_NEAR(sparse.weight_sparsity(), 0.85, 0.01);
   EXPECT_STREQ(dense.weight_format(), "dense");
   EXPECT_LT(sparse.packed_bytes(), dense.packed_bytes() / 3);
-  // A dense GEMM computes whole panels of channels; a depthwise convolution all of them.
+  // A dense GEMM computes whole panels of channels; a depthwise convolution whole vectors of
+  // them (the channel-lane kernel's groups).
   std::vector<float> src(16 * 64), dst(16 * 64), scratch;
   EXPECT_THROW(kernels::conv2d_region(dense, {src.data(), 0, 64}, {dst.data(), 0, 64}, 0, 8, 1, 8,
                                       {}, nullptr, scratch),
@@ -556,15 +557,20 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
                Error);
 }
 
-// The dense GEMM lowerings split by output channels (the layer-by-layer schedule's blocks of
-// channels for the deep layers at batch 1): every block of whole panels, and the last partial
-// one, matches the reference and writes nothing outside its channels.
+// The dense GEMM lowerings and the depthwise kernels split by output channels (the
+// layer-by-layer schedule's blocks of channels for the deep layers at batch 1): every block of
+// whole granules, and the last partial one, matches the reference and writes nothing outside
+// its channels. The depthwise cases cover the shifted-tap (21 wide), channel-lane (7 wide) and
+// strided kernels.
 TEST(DenseConvRegionTest, BlocksOfChannelsMatchReference) {
   std::mt19937 rng(19);
   const SparseConvCase cases[] = {
       {"1x1", 24, 44, 5, 7, 1, 1, 0, 1, 1},
       {"3x3_s1_p1", 16, 37, 7, 9, 3, 1, 1, 1, 1},
       {"3x3_s2_p1", 12, 50, 9, 11, 3, 2, 1, 1, 1},
+      {"depthwise_3x3_21_wide", 40, 40, 9, 21, 3, 1, 1, 1, 40},
+      {"depthwise_3x3_7_wide", 48, 48, 7, 7, 3, 1, 1, 1, 48},
+      {"depthwise_3x3_s2", 37, 37, 11, 30, 3, 2, 1, 1, 37},
   };
   for (const SparseConvCase& c : cases) {
     SCOPED_TRACE(c.name);
