@@ -223,6 +223,13 @@ std::string format_table(const BenchReport& report) {
         "(MISMATCH above {1:.0e})\n",
         base, report.agreement_tolerance);
   }
+  const MachineInfo& m = report.machine;
+  if (m.round_trip_ns_before && m.round_trip_ns_after) {
+    text += fmt::format(
+        "cores 0-1 round trip: {:.0f} ns before, {:.0f} ns after (hundreds: the cores are far "
+        "apart or shared, and multi-thread figures suffer)\n",
+        *m.round_trip_ns_before, *m.round_trip_ns_after);
+  }
   return text;
 }
 
@@ -318,6 +325,10 @@ std::string format_json(const BenchReport& report) {
                        {"logical_cpus", m.logical_cpus},
                        {"physical_cores", m.physical_cores},
                        {"avx512f", m.avx512f},
+                       {"core_round_trip_ns", m.round_trip_ns_before && m.round_trip_ns_after
+                                                  ? Json{{"before", *m.round_trip_ns_before},
+                                                         {"after", *m.round_trip_ns_after}}
+                                                  : Json(nullptr)},
                        {"sparsecol_max_isa", m.max_isa.empty() ? Json(nullptr) : Json(m.max_isa)}}},
                      {"date", m.date},
                      {"settings",

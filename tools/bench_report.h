@@ -48,6 +48,10 @@ struct MachineInfo {
   bool avx512f = false;
   std::string max_isa;  // $SPARSECOL_MAX_ISA, empty when unset
   std::string date;     // UTC, ISO 8601
+  // Cores 0 and 1's cache-line round trip (runtime::core_round_trip_ns) just before and just
+  // after measuring; nullopt on one core. A shared virtual machine's figures with several
+  // threads are only comparable between runs whose round trips agree.
+  std::optional<double> round_trip_ns_before, round_trip_ns_after;
 };
 
 MachineInfo describe_machine();

@@ -30,6 +30,7 @@
 #include "bench_report.h"
 #include "commands.h"
 #include "input_files.h"
+#include "runtime/topology.h"
 #include "sparsecol/io.h"
 #include "sparsecol/sparsecol.h"
 #include "tensor_compare.h"
@@ -435,6 +436,7 @@ int bench(const BenchArgs& args) {
   report.seed = args.seed;
   report.input_files = args.inputs;
   report.machine = describe_machine();
+  report.machine.round_trip_ns_before = runtime::core_round_trip_ns(0, 1);
 
   std::optional<InputSource> source;
   std::vector<NamedTensors> feeds;  // per --batch
@@ -476,6 +478,7 @@ int bench(const BenchArgs& args) {
                     trace ? &*trace : nullptr);
     }
   }
+  report.machine.round_trip_ns_after = runtime::core_round_trip_ns(0, 1);
   // Grouped by batch, then threads (measured threads-first so that engines load once per count).
   std::stable_sort(report.rows.begin(), report.rows.end(),
                    [](const BenchRow& a, const BenchRow& b) {

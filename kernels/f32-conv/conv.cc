@@ -875,8 +875,8 @@ void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView
     // Channels are independent: the range is a depthwise convolution of its own on shifted views.
     ConvGeometry part = g;
     part.in_c = part.out_c = part.groups = oc_end - oc_begin;
-    const PlaneView part_residual = residual != nullptr ? from_channel(*residual, oc_begin)
-                                                        : PlaneView{};
+    const PlaneView part_residual =
+        residual != nullptr ? from_channel(*residual, oc_begin) : PlaneView{};
     dwconv2d_rows(part, impl.weight.data() + oc_begin * g.kernel_h * g.kernel_w,
                   impl.bias.data() + oc_begin, from_channel(src, oc_begin),
                   from_channel(dst, oc_begin), oh_begin, oh_end, epilogue,

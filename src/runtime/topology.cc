@@ -3,6 +3,9 @@
 #include <hwloc.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -105,6 +108,55 @@ bool pin_current_thread(int core) {
       hwloc_get_obj_by_type(m.handle, HWLOC_OBJ_CORE, static_cast<unsigned>(std::max(0, core)));
   if (obj == nullptr || obj->cpuset == nullptr) return false;
   return hwloc_set_cpubind(m.handle, obj->cpuset, HWLOC_CPUBIND_THREAD) == 0;
+}
+
+std::optional<double> core_round_trip_ns(int a, int b) {
+  const int cores = machine_topology().physical_cores;
+  if (a == b || std::min(a, b) < 0 || std::max(a, b) >= cores) return std::nullopt;
+  constexpr int64_t kBatches = 5, kTripsPerBatch = 2000;
+  // One line, written in turn: odd values by the caller's side, even ones by the partner.
+  struct alignas(64) Line {
+    std::atomic<int64_t> value{0};
+  } line;
+  // Both sides pin first and agree to go on (0: waiting, 1: pinned, -1: could not pin), so
+  // that two unpinned threads never spin against each other on one CPU.
+  std::atomic<int> partner_state{0}, caller_state{0};
+  std::thread partner([&] {
+    partner_state.store(pin_current_thread(b) ? 1 : -1);
+    int go = 0;
+    while ((go = caller_state.load()) == 0) std::this_thread::yield();
+    if (go < 0 || partner_state.load() < 0) return;
+    for (int64_t i = 0; i < kBatches * kTripsPerBatch; ++i) {
+      while (line.value.load(std::memory_order_acquire) != 2 * i + 1) {
+      }
+      line.value.store(2 * i + 2, std::memory_order_release);
+    }
+  });
+  std::vector<double> batches;
+  // The caller's own thread keeps its binding: the probe runs on a thread of its own.
+  std::thread caller([&] {
+    const bool pinned = pin_current_thread(a);
+    while (partner_state.load() == 0) std::this_thread::yield();
+    const bool go = pinned && partner_state.load() > 0;
+    caller_state.store(go ? 1 : -1);
+    if (!go) return;
+    for (int64_t batch = 0; batch < kBatches; ++batch) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int64_t i = batch * kTripsPerBatch; i < (batch + 1) * kTripsPerBatch; ++i) {
+        line.value.store(2 * i + 1, std::memory_order_release);
+        while (line.value.load(std::memory_order_acquire) != 2 * i + 2) {
+        }
+      }
+      const std::chrono::duration<double, std::nano> took =
+          std::chrono::steady_clock::now() - start;
+      batches.push_back(took.count() / kTripsPerBatch);
+    }
+  });
+  caller.join();
+  partner.join();
+  if (batches.empty()) return std::nullopt;
+  std::nth_element(batches.begin(), batches.begin() + kBatches / 2, batches.end());
+  return batches[kBatches / 2];
 }
 
 }  // namespace sparsecol::runtime

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,13 @@ std::vector<int> thread_nodes(const Topology& topology, int threads);
 // Binds the calling thread to core `core` (hwloc's logical order) of this machine. Returns
 // false when hwloc cannot (no such core, or the OS refuses); the thread then stays unbound.
 bool pin_current_thread(int core);
+
+// How long one cache line takes to go from core `a` to core `b` and back (ns; the median of a
+// few batches of hand-offs between two threads pinned there). It says how far apart the cores
+// are: tens of ns within a shared L3, hundreds across dies or sockets, and on a virtual machine
+// also when the host has moved its virtual CPUs apart or onto busy cores, which is when
+// multi-thread figures fall. nullopt when a or b is not a core of this machine, a == b, or a
+// thread cannot be pinned.
+std::optional<double> core_round_trip_ns(int a, int b);
 
 }  // namespace sparsecol::runtime

@@ -143,6 +143,16 @@ TEST_F(BenchTest, JsonHoldsEveryRowAndTheMachine) {
   EXPECT_EQ(json["model"], path("mlp.onnx"));
   EXPECT_FALSE(json["machine"]["cpu"].get<std::string>().empty());
   EXPECT_GE(json["machine"]["physical_cores"].get<int>(), 1);
+  const nlohmann::json& round_trip = json["machine"]["core_round_trip_ns"];
+  if (json["machine"]["physical_cores"].get<int>() >= 2) {
+    for (const char* when : {"before", "after"}) {
+      EXPECT_GT(round_trip[when].get<double>(), 0) << when;
+      EXPECT_LT(round_trip[when].get<double>(), 1e6) << when;  // a millisecond: not a hand-off
+    }
+    EXPECT_NE(result.out.find("cores 0-1 round trip: "), std::string::npos) << result.out;
+  } else {
+    EXPECT_TRUE(round_trip.is_null()) << round_trip;
+  }
   EXPECT_FALSE(json["date"].get<std::string>().empty());
   const nlohmann::json& results = json["results"];
   ASSERT_EQ(results.size(), 4u) << json.dump(2);
