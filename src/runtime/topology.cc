@@ -113,8 +113,13 @@ bool pin_current_thread(int core) {
 std::optional<double> core_round_trip_ns(int a, int b) {
   const int cores = machine_topology().physical_cores;
   if (a == b || std::min(a, b) < 0 || std::max(a, b) >= cores) return std::nullopt;
-  constexpr int64_t kBatches = 5, kTripsPerBatch = 2000;
-  // One line, written in turn: odd values by the caller's side, even ones by the partner.
+  constexpr int64_t kBatches = 5, kTripsPerBatch = 2000, kTripsPerClockRead = 64;
+  constexpr int64_t kSpinsPerClockRead = 1 << 16;
+  // A time limit, so that cores which only take turns (a CPU quota below the cores shown: every
+  // hand-off waits for a time slice) cost a bench run 50 ms, not minutes.
+  constexpr std::chrono::milliseconds kBudget(50);
+  // One line, written in turn: odd values by the caller's side, even ones by the partner; -1
+  // tells the partner to stop.
   struct alignas(64) Line {
     std::atomic<int64_t> value{0};
   } line;
@@ -126,13 +131,19 @@ std::optional<double> core_round_trip_ns(int a, int b) {
     int go = 0;
     while ((go = caller_state.load()) == 0) std::this_thread::yield();
     if (go < 0 || partner_state.load() < 0) return;
-    for (int64_t i = 0; i < kBatches * kTripsPerBatch; ++i) {
-      while (line.value.load(std::memory_order_acquire) != 2 * i + 1) {
+    for (int64_t i = 0;; ++i) {
+      int64_t seen = 0;
+      while ((seen = line.value.load(std::memory_order_acquire)) != 2 * i + 1) {
+        if (seen < 0) return;
       }
-      line.value.store(2 * i + 2, std::memory_order_release);
+      // Only if the caller has not given up meanwhile (it writes -1 and leaves).
+      int64_t expected = 2 * i + 1;
+      if (!line.value.compare_exchange_strong(expected, 2 * i + 2, std::memory_order_acq_rel)) {
+        return;
+      }
     }
   });
-  std::vector<double> batches;
+  std::vector<double> batches;  // ns per trip
   // The caller's own thread keeps its binding: the probe runs on a thread of its own.
   std::thread caller([&] {
     const bool pinned = pin_current_thread(a);
@@ -140,23 +151,41 @@ std::optional<double> core_round_trip_ns(int a, int b) {
     const bool go = pinned && partner_state.load() > 0;
     caller_state.store(go ? 1 : -1);
     if (!go) return;
-    for (int64_t batch = 0; batch < kBatches; ++batch) {
+    const auto deadline = std::chrono::steady_clock::now() + kBudget;
+    bool late = false;
+    for (int64_t batch = 0, i = 0; batch < kBatches && !late; ++batch) {
       const auto start = std::chrono::steady_clock::now();
-      for (int64_t i = batch * kTripsPerBatch; i < (batch + 1) * kTripsPerBatch; ++i) {
+      auto timed = start;       // the clock at the last reading...
+      int64_t timed_trips = 0;  // ...and the trips done by then
+      for (int64_t trips = 1; trips <= kTripsPerBatch && !late; ++trips, ++i) {
         line.value.store(2 * i + 1, std::memory_order_release);
-        while (line.value.load(std::memory_order_acquire) != 2 * i + 2) {
+        // A reply that keeps the caller spinning this long is a time slice away: look at the
+        // clock while waiting too.
+        for (int64_t spins = 1; line.value.load(std::memory_order_acquire) != 2 * i + 2; ++spins) {
+          if (spins % kSpinsPerClockRead == 0 && std::chrono::steady_clock::now() > deadline) {
+            late = true;
+            break;
+          }
+        }
+        if (!late && (trips % kTripsPerClockRead == 0 || trips == kTripsPerBatch)) {
+          timed = std::chrono::steady_clock::now();
+          timed_trips = trips;
+          late = timed > deadline;
         }
       }
-      const std::chrono::duration<double, std::nano> took =
-          std::chrono::steady_clock::now() - start;
-      batches.push_back(took.count() / kTripsPerBatch);
+      if (timed_trips > 0) {
+        batches.push_back(std::chrono::duration<double, std::nano>(timed - start).count() /
+                          static_cast<double>(timed_trips));
+      }
     }
+    line.value.store(-1, std::memory_order_release);
   });
   caller.join();
   partner.join();
   if (batches.empty()) return std::nullopt;
-  std::nth_element(batches.begin(), batches.begin() + kBatches / 2, batches.end());
-  return batches[kBatches / 2];
+  const auto middle = batches.begin() + static_cast<std::ptrdiff_t>(batches.size() / 2);
+  std::nth_element(batches.begin(), middle, batches.end());
+  return *middle;
 }
 
 }  // namespace sparsecol::runtime

@@ -5,20 +5,39 @@
 // Gemm: every load-time pass has something to do) with each CPU schedule that has its own threads
 // or state (reference, layerwise, depthwise; oneDNN's internals are not instrumented for TSan).
 //
-// The TSan build of .ci/run runs this test: a data race in the Engine, the Session or the
-// executors shows up there even when the outputs happen to agree.
+// The TSan build of .ci/run runs these tests: a data race in the Engine, the Session or the
+// executors shows up there even when the outputs happen to agree. Also here: the cores' round
+// trip probe (two threads handing one cache line back and forth).
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "runtime/topology.h"
 #include "sparsecol/sparsecol.h"
 #include "test_models.h"
 
 namespace sparsecol::testing {
 namespace {
+
+// Two cores hand a line back and forth in tens to hundreds of ns, within the probe's time limit;
+// a core with itself, or one the machine lacks, has no round trip.
+TEST(CoreRoundTrip, IsMeasuredBetweenTwoCoresOnly) {
+  const int cores = runtime::machine_topology().physical_cores;
+  EXPECT_FALSE(runtime::core_round_trip_ns(0, 0));
+  EXPECT_FALSE(runtime::core_round_trip_ns(0, cores));
+  EXPECT_FALSE(runtime::core_round_trip_ns(-1, 0));
+  if (cores < 2) GTEST_SKIP() << "one core: no pair to measure";
+  for (int probe = 0; probe < 3; ++probe) {
+    const std::optional<double> ns = runtime::core_round_trip_ns(0, 1);
+    ASSERT_TRUE(ns);
+    EXPECT_GT(*ns, 1.0);
+    EXPECT_LT(*ns, 1e6);
+  }
+}
 
 constexpr int kThreads = 8;
 constexpr int kRuns = 200;

@@ -36,20 +36,6 @@ TEST(Topology, ThisMachineHasAtLeastOneCoreOnANode) {
   for (int n : t.core_node) EXPECT_LT(n, t.numa_nodes);
 }
 
-// Two cores hand a line back and forth in tens to hundreds of ns; a core with itself, or one
-// the machine lacks, has no round trip.
-TEST(Topology, CoresRoundTripIsMeasuredBetweenTwoCoresOnly) {
-  const int cores = machine_topology().physical_cores;
-  EXPECT_FALSE(core_round_trip_ns(0, 0));
-  EXPECT_FALSE(core_round_trip_ns(0, cores));
-  EXPECT_FALSE(core_round_trip_ns(-1, 0));
-  if (cores < 2) GTEST_SKIP() << "one core: no pair to measure";
-  const std::optional<double> ns = core_round_trip_ns(0, 1);
-  ASSERT_TRUE(ns);
-  EXPECT_GT(*ns, 1.0);
-  EXPECT_LT(*ns, 1e6);
-}
-
 TEST(Topology, WorkersWrapAroundTheCores) {
   const Topology t = synthetic_topology("numa:2 core:2 pu:2");
   EXPECT_EQ(thread_nodes(t, 6), (std::vector<int>{0, 0, 1, 1, 0, 0}));
