@@ -199,15 +199,16 @@ TEST_F(BenchTest, PlotIsAnSvgDocumentWithTheBarsAndTheLegend) {
   EXPECT_EQ(std::system(check.c_str()), 0) << "not well-formed XML: " << path("out.svg");
 }
 
-// --per-layer: a table per path, slowest node first, shares adding up to 100%; the same numbers
+// --per-layer: a table per path (oneDNN's too, timed per node around its primitives), slowest node
+// first, shares adding up to 100%; the same numbers
 // in the JSON. The timed table is measured before profiling starts.
 TEST_F(BenchTest, PerLayerListsNodesSlowestFirstPerPath) {
   const CliResult result =
-      cli(fmt::format("bench '{}' --schedule reference,layerwise --batch 2 --time 0.1 "
+      cli(fmt::format("bench '{}' --schedule reference,layerwise,onednn --batch 2 --time 0.1 "
                       "--per-layer --profile-reps 2 --json '{}' --quiet",
                       mlp(), path("out.json")));
   ASSERT_EQ(result.code, 0) << result.err;
-  for (const char* path_name : {"reference", "layerwise"}) {
+  for (const char* path_name : {"reference", "layerwise", "onednn"}) {
     SCOPED_TRACE(path_name);
     const std::string title =
         fmt::format("per layer: {}, batch 2, threads auto (mean of 2 profiled runs", path_name);

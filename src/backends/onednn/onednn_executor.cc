@@ -125,6 +125,7 @@ struct Buffer {
 
 // One thing to do at run time: a primitive over prebuilt memories, or a reference op.
 struct Step {
+  int node = -1;  // the node it belongs to (a reorder: the node that reads the copy)
   std::optional<dnnl::primitive> primitive;
   std::unordered_map<int, memory> args;
   std::function<void(const std::vector<void*>&)> fallback;  // gets each buffer's data pointer
@@ -157,13 +158,22 @@ class OneDnnExecutor final : public Executor {
       }
     }
     for (auto& [memory_object, b] : input_memories_) memory_object.set_data_handle(data[b]);
-    for (Step& step : steps_) {
-      if (step.primitive) {
-        step.primitive->execute(stream_, step.args);
-      } else {
-        stream_.wait();
-        step.fallback(data);
+    if (profiler_ != nullptr) profiler_->begin_run(1);
+    // A node's steps are consecutive: one profile event each, which includes the reorders made
+    // for the node, and ends when its last step has (the CPU stream runs them in order anyway).
+    for (std::size_t i = 0; i < steps_.size();) {
+      const int node = steps_[i].node;
+      Profiler::Scope timed(profiler_, 0, graph_.nodes[static_cast<std::size_t>(node)]);
+      for (; i < steps_.size() && steps_[i].node == node; ++i) {
+        Step& step = steps_[i];
+        if (step.primitive) {
+          step.primitive->execute(stream_, step.args);
+        } else {
+          stream_.wait();
+          step.fallback(data);
+        }
       }
+      if (profiler_ != nullptr) stream_.wait();
     }
     stream_.wait();
     NamedTensors outputs;
@@ -405,7 +415,9 @@ class OneDnnExecutor final : public Executor {
     }
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
       node_index_ = static_cast<int>(n);
+      const std::size_t first_step = steps_.size();
       build_node(graph_.nodes[n]);
+      for (std::size_t i = first_step; i < steps_.size(); ++i) steps_[i].node = node_index_;
     }
   }
 
