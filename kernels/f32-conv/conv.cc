@@ -341,6 +341,14 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
 // and MobileNetV2's 3x3 stem ran 2.9x and 3.5x slower as implicit GEMMs (one thread, Zen 5).
 constexpr int64_t kMinTapChannels = 16;
 
+bool is_depthwise(const ConvGeometry& g) { return g.groups == g.in_c && g.groups == g.out_c; }
+
+// A 1x1 stride-1 convolution without padding: a GEMM over the input's planes.
+bool is_pointwise(const ConvGeometry& g) {
+  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 &&
+         g.pad_top == 0 && g.pad_left == 0 && g.in_h == g.out_h && g.in_w == g.out_w;
+}
+
 bool reads_taps_in_place(const ConvGeometry& g) {
   return g.groups == 1 && g.in_c >= kMinTapChannels && g.stride_h == 1 && g.stride_w == 1 &&
          g.in_w == g.out_w && g.kernel_h * g.kernel_w > 1;
@@ -437,14 +445,11 @@ PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const 
   const int64_t taps = g.kernel_h * g.kernel_w;
   const int64_t depth = g.in_c / g.groups * taps;  // ONNX weight rows are already [oc][ic][ky][kx]
   impl->sparsity = zero_fraction(weight, g.out_c * depth);
-  if (g.groups == g.in_c && g.groups == g.out_c) {
+  if (is_depthwise(g)) {
     impl->kind = Impl::Kind::kDepthwise;
     impl->weight.assign(weight, weight + g.out_c * taps);
   } else {
-    const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 &&
-                           g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 &&
-                           g.in_h == g.out_h && g.in_w == g.out_w;
-    impl->kind = pointwise ? Impl::Kind::kGemm1x1 : Impl::Kind::kIm2colGemm;
+    impl->kind = is_pointwise(g) ? Impl::Kind::kGemm1x1 : Impl::Kind::kIm2colGemm;
     if (impl->sparsity >= resolve_sparse_threshold(sparse_threshold, SparseLayerKind::kConv)) {
       impl->sparse_isa = std::min(isa, active_isa());
       pack_sparse(g, weight, *impl);
@@ -745,10 +750,12 @@ const float* fill_tap_phases(const ConvGeometry& g, const PackedConv::Impl& impl
 
 // Output rows [oh_begin, oh_end) x channels [oc_begin, oc_end) of a GEMM lowering (one group, or
 // all channels of every group).
+// `image_rows` > 0: src is images of that many rows stacked (conv2d_images; the implicit GEMM
+// masks its taps per image, ConvTaps::image_rows).
 void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const PlaneView& src,
                      const PlaneView& dst, int64_t oh_begin, int64_t oh_end, int64_t oc_begin,
                      int64_t oc_end, const Epilogue& epilogue, const PlaneView* residual,
-                     std::vector<float>& scratch) {
+                     std::vector<float>& scratch, int64_t image_rows = 0) {
   const int64_t ic_per_group = g.in_c / g.groups;
   const int64_t oc_per_group = g.out_c / g.groups;
   // The rows of each group's weights this call computes: all of them with several groups.
@@ -776,6 +783,7 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
     taps.block_channels = impl.tap_block_channels;
     taps.width = g.out_w;
     taps.first_row = oh_begin;
+    taps.image_rows = image_rows;
     taps.taps = impl.taps;
     if (impl.tap_phases.empty()) {
       taps.data = src.data + (oh_begin - src.row0) * g.in_w;
@@ -851,6 +859,23 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
   }
 }
 
+// conv2d_images: the floats of stacked output per chunk of output channels (1 MiB; the
+// residual's stack as much again). Every chunk streams the input's stack again, so chunks are
+// few: ResNet-50's 2048-deep 7x7 layer ran 0.8x in chunks of 128 KiB.
+constexpr int64_t kStackChunkFloats = 256 * 1024;
+
+void check_channel_range(const char* caller, const PackedConv& conv, int64_t oc_begin,
+                         int64_t oc_end) {
+  const int64_t granule = conv.channel_granule(), out_c = conv.geometry().out_c;
+  if (oc_begin < 0 || oc_end > out_c || oc_begin > oc_end || oc_begin % granule != 0 ||
+      (oc_end % granule != 0 && oc_end != out_c)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: output channels [{}, {}) of {} with {}, which takes ranges in "
+                            "steps of {}",
+                            caller, oc_begin, oc_end, out_c, conv.implementation(), granule));
+  }
+}
+
 }  // namespace
 
 void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
@@ -859,14 +884,7 @@ void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView
                    std::vector<float>& scratch) {
   const ConvGeometry& g = conv.geometry();
   const PackedConv::Impl& impl = *conv.impl();
-  const int64_t granule = conv.channel_granule();
-  if (oc_begin < 0 || oc_end > g.out_c || oc_begin > oc_end || oc_begin % granule != 0 ||
-      (oc_end % granule != 0 && oc_end != g.out_c)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("conv2d_region: output channels [{}, {}) of {} with {}, which takes "
-                            "ranges in steps of {}",
-                            oc_begin, oc_end, g.out_c, conv.implementation(), granule));
-  }
+  check_channel_range("conv2d_region", conv, oc_begin, oc_end);
   if (oh_begin >= oh_end || oc_begin >= oc_end) return;
   if (impl.is_sparse()) {
     sparse_conv_rows(g, impl, src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue, residual,
@@ -884,6 +902,92 @@ void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView
   } else {
     dense_conv_rows(g, impl, src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue, residual,
                     scratch);
+  }
+}
+
+bool stacks_images(const ConvGeometry& g, bool sparse) {
+  // Input rows exactly stride_h per output row: image i's rows start at row i * out_h of the
+  // output's stack and of every stride phase of the input's, so that each tap is one shift of
+  // the stacked pixel index.
+  if (g.groups != 1 || is_depthwise(g) || g.in_h != g.out_h * g.stride_h ||
+      g.out_h * g.out_w > kStackedPlanePixels) {
+    return false;
+  }
+  if (sparse) return is_pointwise(g);  // kSpmm1x1
+  return is_pointwise(g) || reads_taps_in_place(g) || reads_tap_phases(g);
+}
+
+bool PackedConv::stacks_images() const {
+  return kernels::stacks_images(geometry_, impl_->is_sparse());
+}
+
+void conv2d_images(const PackedConv& conv, const float* src, float* dst, int64_t images,
+                   int64_t oc_begin, int64_t oc_end, const Epilogue& epilogue,
+                   const float* residual, std::vector<float>& scratch) {
+  const ConvGeometry& g = conv.geometry();
+  const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
+  const int64_t in_image = g.in_c * in_plane, out_image = g.out_c * out_plane;
+  check_channel_range("conv2d_images", conv, oc_begin, oc_end);
+  if (images <= 0 || oc_begin >= oc_end) return;
+  if (!conv.stacks_images() || images == 1) {
+    for (int64_t i = 0; i < images; ++i) {
+      const PlaneView res{
+          residual != nullptr ? const_cast<float*>(residual) + i * out_image : nullptr, 0,
+          out_plane};
+      conv2d_region(conv, {const_cast<float*>(src) + i * in_image, 0, in_plane},
+                    {dst + i * out_image, 0, out_plane}, 0, g.out_h, oc_begin, oc_end, epilogue,
+                    residual != nullptr ? &res : nullptr, scratch);
+    }
+    return;
+  }
+  // The stacks live beside the kernel's own scratch, their planes on cache lines (the sparse 1x1
+  // kernel reads aligned planes in place). Output channels run in chunks of kStackChunkFloats
+  // of stacked output (and as much of stacked residual), copied out after each.
+  thread_local std::vector<float> stacks;
+  const int64_t in_stride = round_up_to_line(images * in_plane);
+  const int64_t out_stride = round_up_to_line(images * out_plane);
+  const int64_t granule = conv.channel_granule();
+  const int64_t chunk = std::max(granule, kStackChunkFloats / out_stride / granule * granule);
+  const int64_t chunk_floats = std::min(chunk, oc_end - oc_begin) * out_stride;
+  float* in = aligned_scratch(stacks, g.in_c * in_stride + 2 * chunk_floats);
+  float* out = in + g.in_c * in_stride;
+  float* res = out + chunk_floats;
+  // Plane c of a stack from channel c of each image.
+  auto stack = [&](const float* from, int64_t image, int64_t plane, int64_t c0, int64_t c1,
+                   float* to, int64_t stride) {
+    for (int64_t c = c0; c < c1; ++c) {
+      for (int64_t i = 0; i < images; ++i) {
+        std::memcpy(to + (c - c0) * stride + i * plane, from + i * image + c * plane,
+                    static_cast<std::size_t>(plane) * sizeof(float));
+      }
+    }
+  };
+  stack(src, in_image, in_plane, 0, g.in_c, in, in_stride);
+  ConvGeometry tall = g;
+  tall.in_h = images * g.in_h;
+  tall.out_h = images * g.out_h;
+  const PackedConv::Impl& impl = *conv.impl();
+  for (int64_t c0 = oc_begin; c0 < oc_end; c0 += chunk) {
+    const int64_t c1 = std::min(oc_end, c0 + chunk);
+    // Views whose channel c0 is the chunk's first plane.
+    const PlaneView stacked_dst{out - c0 * out_stride, 0, out_stride};
+    const PlaneView stacked_res{res - c0 * out_stride, 0, out_stride};
+    if (residual != nullptr) stack(residual, out_image, out_plane, c0, c1, res, out_stride);
+    const PlaneView* r = residual != nullptr ? &stacked_res : nullptr;
+    if (impl.is_sparse()) {
+      sparse_conv_rows(tall, impl, {in, 0, in_stride}, stacked_dst, 0, tall.out_h, c0, c1, epilogue,
+                       r, scratch);
+    } else {
+      dense_conv_rows(tall, impl, {in, 0, in_stride}, stacked_dst, 0, tall.out_h, c0, c1, epilogue,
+                      r, scratch, g.out_h);
+    }
+    for (int64_t oc = c0; oc < c1; ++oc) {
+      for (int64_t i = 0; i < images; ++i) {
+        std::memcpy(dst + i * out_image + oc * out_plane,
+                    out + (oc - c0) * out_stride + i * out_plane,
+                    static_cast<std::size_t>(out_plane) * sizeof(float));
+      }
+    }
   }
 }
 

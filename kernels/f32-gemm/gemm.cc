@@ -405,7 +405,8 @@ void gemm_packed_taps(const PackedA& a, const ConvTaps& b, float* c, int64_t ldc
     const ConvTap& tap = b.taps[static_cast<std::size_t>(t)];
     offsets[t] = tap.phase * b.phase_stride + tap.row_shift * b.width + tap.col_shift;
     for (int64_t p = 0; p < n; ++p) {
-      const int64_t row = b.first_row + p / b.width + tap.row_shift;
+      const int64_t y = b.first_row + p / b.width;
+      const int64_t row = (b.image_rows > 0 ? y % b.image_rows : y) + tap.row_shift;
       const int64_t column = p % b.width + tap.col_shift;
       if (row >= 0 && row < tap.rows && column >= 0 && column < tap.columns) {
         masks[(p / nr) * taps + t] |= uint64_t{1} << (p % nr);

@@ -116,6 +116,10 @@ struct ConvTaps {
   int64_t channel_stride = 0, phase_stride = 0;
   int64_t channels = 0, block_channels = 0;
   int64_t width = 0, first_row = 0;
+  // When > 0, the planes hold images of this many rows one after another (conv.h,
+  // conv2d_images): a tap reads row (first_row + y) % image_rows + row_shift of the pixel's own
+  // image, never a neighbour's.
+  int64_t image_rows = 0;
   std::span<const ConvTap> taps;
 };
 

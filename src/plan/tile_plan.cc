@@ -349,6 +349,21 @@ int64_t min_tile_rows(const TileOp& anchor) {
   return anchor.tokens ? kMinTileTokens : ceil_div(kMinTilePixels, anchor.width);
 }
 
+// At a batch of several images, a column of dense convolutions that all stack their images
+// (TileOp::stacks_images: small planes) is not formed: layer by layer, each stacks whole images
+// into one product, which pays more than keeping such small intermediates in cache. Where
+// another op joins them (a depthwise convolution, memory-bound) or their weights are sparse
+// (more memory-bound), the column pays more. ResNet-50 at batch 16, 2 threads, depth-wise /
+// layer by layer with and without the rule: dense 1.02-1.04x -> 1.08x; MobileNetV2 with its 7x7
+// stage's columns (expand, depthwise, project) all whole 1.11x -> 1.07x, 80% pruned 1.97x ->
+// 1.79x (a slow spell); ResNet-50 90% pruned with its 7x7 stage whole 1.28x -> 1.25x
+// (docs/BENCHMARKS.md, the seventeenth session).
+bool stacks_whole_images(const std::vector<TileOp>& ops, const PlanOptions& options) {
+  return options.tile_rows == 0 && std::all_of(ops.begin(), ops.end(), [](const TileOp& op) {
+           return op.batch > 1 && op.stacks_images && !op.sparse;
+         });
+}
+
 // The tallest tile of an anchor that still gives every thread tiles at a small batch: two per
 // thread for balance, or one where two would be narrower than a kernel tile; nullopt where even
 // one per thread would be (small planes at batch 1: ResNet-50's 7x7 stage). Those ops run whole
@@ -374,7 +389,7 @@ std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& f
                                   const std::vector<TileOp>& ops, Tier tier,
                                   const PlanOptions& options, bool* valid) {
   const std::optional<int64_t> max_rows = max_tile_rows(ops.back(), options);
-  if (!max_rows) {
+  if (!max_rows || stacks_whole_images(ops, options)) {
     *valid = false;  // a longer column may end on a larger plane
     return std::nullopt;
   }
@@ -455,6 +470,10 @@ std::string kib(int64_t bytes) {
 // Why a tileable op runs whole, `best` being the column from it the planner found, if any.
 std::string whole_reason(const TileOp& op, const std::optional<Column>& best,
                          const PlanOptions& options) {
+  if (stacks_whole_images({op}, options)) {
+    return fmt::format("at batch {}, layer by layer stacks its whole {}x{} images", op.batch,
+                       op.rows, op.width);
+  }
   if (best && best->ops.size() > 1) {
     return "its column would keep nothing in cache (every value it computes is read after it)";
   }
@@ -562,6 +581,7 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     // dense, any other runs sparse from the threshold on.
     op.sparse =
         !depthwise && runs_sparse(graph, w, sparse_threshold, kernels::SparseLayerKind::kConv);
+    op.stacks_images = kernels::stacks_images(runtime::conv_geometry(p), op.sparse);
     const int64_t taps = numel(p.window.kernel);
     if (op.sparse) {
       // ResNet-50 s90's layer3 streams 0.9 MiB per block instead of 4.3.

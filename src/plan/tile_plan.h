@@ -89,6 +89,9 @@ struct TileOp {
   // row pointers) when it runs through the sparse kernels, else the float weights and bias.
   int64_t weight_bytes = 0;
   bool sparse = false;  // a Conv or MatMul whose weight runs through the sparse kernels
+  // A convolution whose images layer by layer stacks into one product at a batch above 1
+  // (kernels::stacks_images).
+  bool stacks_images = false;
   // Per-thread kernel scratch per output row (im2col columns, the padded window copies, the
   // sparse kernels' zero-padded input rows, a linear layer's packed or transposed tokens), and
   // its cap (the kernels work in chunks).

@@ -403,6 +403,144 @@ TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
 
 SPARSECOL_EVERY_ISA(DenseConvIsaTest);
 
+// conv2d_images on each ISA tier: whole images of small planes stacked into one product (1x1
+// layers dense and 90% sparse; dense implicit GEMMs, stride 1 and over stride phases, whose taps
+// reach past an image's top and bottom rows, i.e. into the next image of the stack unless
+// masked; input rows exactly stride_h per output row, as stacking needs), for a random range of
+// output channels, must give the bits that conv2d_region gives image by image, match the
+// reference, and leave the other channels untouched.
+using StackedConvIsaTest = PerIsaTest;
+
+TEST_P(StackedConvIsaTest, StackedImagesMatchImageByImageBitForBit) {
+  const kernels::Isa isa = GetParam();
+  std::mt19937 rng(71);
+  auto draw = [&](int64_t lo, int64_t hi) { return draw_between(rng, lo, hi); };
+  for (int trial = 0; trial < 80; ++trial) {
+    const int kind = trial % 4;  // 0: 1x1 dense, 1: 1x1 sparse, 2: KxK dense, 3: strided dense
+    ConvGeometry g;
+    // The first trial of each kind: more stacked output than one chunk (1100 channels of 5
+    // images of 64 pixels, kStackChunkFloats in conv.cc).
+    const bool chunks = trial < 4;
+    g.in_c = chunks ? 16 : draw(16, 48);
+    g.out_c = chunks ? 1100 : draw(1, 40);
+    g.out_h = chunks ? 8 : draw(1, 8);
+    g.out_w = chunks ? 8 : draw(1, 8);
+    if (kind == 2) {
+      g.kernel_h = draw(2, 5);
+      g.kernel_w = draw(1, 5);
+      g.dilation_h = draw(1, 2);
+      g.pad_top = draw(0, (g.kernel_h - 1) * g.dilation_h);  // and as much less at the bottom
+      g.pad_left = draw(0, g.kernel_w - 1);                  // likewise on the right
+    } else if (kind == 3) {
+      g.stride_h = draw(2, 3);
+      g.stride_w = draw(1, 3);
+      g.kernel_h = draw(1, 4);
+      g.kernel_w = draw(1, 4);
+      g.pad_top = draw(0, g.kernel_h - 1);  // the bottom's follows from out_h
+      g.pad_left = draw(0, g.kernel_w - 1);
+    }
+    g.in_h = g.out_h * g.stride_h;
+    // Phase rows no wider than an output row (the implicit GEMM's condition for phases).
+    g.in_w = std::max<int64_t>(1, g.out_w * g.stride_w - draw(0, g.stride_w - 1));
+    const int64_t images = chunks ? 5 : draw(1, 5);
+    SCOPED_TRACE(
+        fmt::format("trial {}: {} images, c {}->{} {}x{} k{}x{} s{}x{} d{} pads top {} left {} "
+                    "-> {}x{}",
+                    trial, images, g.in_c, g.out_c, g.in_h, g.in_w, g.kernel_h, g.kernel_w,
+                    g.stride_h, g.stride_w, g.dilation_h, g.pad_top, g.pad_left, g.out_h, g.out_w));
+    const int64_t depth = g.in_c * g.kernel_h * g.kernel_w;
+    const int64_t in_image = g.in_c * g.in_h * g.in_w, out_image = g.out_c * g.out_h * g.out_w;
+    std::vector<float> weight =
+        random_vector(g.out_c * depth, 1.0f / std::sqrt(static_cast<float>(depth)), rng);
+    if (kind == 1) {
+      for (float& w : weight) w = rng() % 10 == 0 ? w : 0.0f;
+    }
+    const std::vector<float> bias = random_vector(g.out_c, 0.5f, rng);
+    const std::vector<float> src = random_vector(images * in_image, 1.0f, rng);
+    const std::vector<float> residual = random_vector(images * out_image, 1.0f, rng);
+    bool with_residual = false;
+    const Epilogue e = random_epilogue(rng, &with_residual);
+    const kernels::PackedConv conv(g, weight.data(), bias.data(),
+                                   kind == 1 ? -1.0 : kernels::kAlwaysDense, isa);
+    ASSERT_TRUE(conv.stacks_images()) << conv.implementation();
+    if (kind >= 2) {
+      ASSERT_EQ(conv.implementation().rfind("implicit-gemm-", 0), 0u);
+    }
+    const int64_t granule = conv.channel_granule();
+    const int64_t blocks = (g.out_c + granule - 1) / granule;
+    const int64_t oc_begin = draw(0, blocks - 1) * granule;
+    const int64_t oc_end = std::min(g.out_c, draw(oc_begin / granule + 1, blocks) * granule);
+
+    std::vector<float> stacked(images * out_image, kSentinel), one_by_one = stacked;
+    std::vector<float> scratch;
+    kernels::conv2d_images(conv, src.data(), stacked.data(), images, oc_begin, oc_end, e,
+                           with_residual ? residual.data() : nullptr, scratch);
+    const int64_t out_plane = g.out_h * g.out_w;
+    for (int64_t i = 0; i < images; ++i) {
+      const PlaneView res{const_cast<float*>(residual.data()) + i * out_image, 0, out_plane};
+      kernels::conv2d_region(conv,
+                             {const_cast<float*>(src.data()) + i * in_image, 0, g.in_h * g.in_w},
+                             {one_by_one.data() + i * out_image, 0, out_plane}, 0, g.out_h,
+                             oc_begin, oc_end, e, with_residual ? &res : nullptr, scratch);
+    }
+    const float tol = 2e-5f * std::sqrt(static_cast<float>(depth)) + 1e-5f;
+    for (int64_t i = 0; i < images; ++i) {
+      const std::vector<float> want =
+          expected_conv(g, src.data() + i * in_image, weight.data(), bias.data(),
+                        with_residual ? residual.data() + i * out_image : nullptr, e);
+      for (int64_t j = 0; j < out_image; ++j) {
+        const float got = stacked[i * out_image + j];
+        const int64_t oc = j / out_plane;
+        ASSERT_EQ(std::bit_cast<uint32_t>(got),
+                  std::bit_cast<uint32_t>(one_by_one[i * out_image + j]))
+            << "image " << i << " element " << j << ": " << got << " stacked, "
+            << one_by_one[i * out_image + j] << " image by image";
+        if (oc < oc_begin || oc >= oc_end) {
+          ASSERT_EQ(got, kSentinel)
+              << "wrote outside channels [" << oc_begin << ", " << oc_end << ") in image " << i;
+        } else {
+          ASSERT_NEAR(got, want[j], tol * (1.0f + std::abs(want[j])))
+              << "image " << i << " element " << j;
+        }
+      }
+    }
+  }
+}
+
+// Planes past kStackedPlanePixels and lowerings that cannot stack run image by image: the same
+// call, the same results.
+TEST(StackedConvTest, OnlySmallPlanesOfStackableLowerings) {
+  auto geometry = [](int64_t hw, int64_t kernel, int64_t stride, int64_t groups) {
+    ConvGeometry g;
+    g.in_c = g.out_c = 32;
+    g.groups = groups;
+    g.in_h = g.in_w = hw;
+    g.kernel_h = g.kernel_w = kernel;
+    g.stride_h = g.stride_w = stride;
+    g.pad_top = g.pad_left = (kernel - 1) / 2;
+    g.out_h = g.out_w = (hw + 2 * g.pad_top - kernel) / stride + 1;
+    return g;
+  };
+  auto stacks = [](const ConvGeometry& g) {
+    const std::vector<float> weight(
+        static_cast<std::size_t>(g.out_c * g.in_c / g.groups * g.kernel_h * g.kernel_w), 0.5f);
+    return kernels::PackedConv(g, weight.data(), nullptr, kernels::kAlwaysDense).stacks_images();
+  };
+  EXPECT_TRUE(stacks(geometry(7, 1, 1, 1)));
+  EXPECT_TRUE(stacks(geometry(8, 3, 1, 1)));    // 64 pixels
+  EXPECT_FALSE(stacks(geometry(9, 3, 1, 1)));   // 81 pixels: less to gain than the copies cost
+  EXPECT_TRUE(stacks(geometry(16, 3, 2, 1)));   // stride phases, 16 rows in for 8 out
+  EXPECT_FALSE(stacks(geometry(15, 3, 2, 1)));  // 15 rows in for 8 out
+  ConvGeometry valid = geometry(8, 3, 1, 1);
+  valid.pad_top = valid.pad_left = 0;
+  valid.out_h = valid.out_w = 6;
+  EXPECT_FALSE(stacks(valid));  // 6 rows out of 8: the images' rows would not line up
+  EXPECT_FALSE(stacks(geometry(8, 3, 1, 32)));  // depthwise
+  EXPECT_FALSE(stacks(geometry(8, 3, 1, 2)));   // grouped
+}
+
+SPARSECOL_EVERY_ISA(StackedConvIsaTest);
+
 // The depthwise kernel called directly on each ISA tier; a tier this machine cannot run is
 // skipped with the reason. Widths below, at and above the vector width of every tier and the
 // four-vector block of window_row (4, 8, 16 lanes; 16, 32, 64 outputs).

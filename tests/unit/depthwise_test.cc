@@ -77,6 +77,12 @@ TEST(Depthwise, ResidualCnnMatchesReference) {
   expect_matches_reference(residual_cnn(), {{"x", random_tensor({3, 3, 13, 11}, 11)}});
 }
 
+// Several images of small planes: dense convolutions run whole (stacking their images), the
+// column that ends on the sparse one holds them too; forced tile heights tile them all.
+TEST(Depthwise, SmallPlanesAtSeveralImagesMatchReference) {
+  expect_matches_reference(small_plane_cnn(), {{"x", random_tensor({5, 16, 8, 8}, 47)}});
+}
+
 TEST(Depthwise, BatchOfOneMatchesReference) {
   expect_matches_reference(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
 }

@@ -202,4 +202,26 @@ inline graph::Graph residual_cnn() {
   return b.finish({fc});
 }
 
+// Convolutions on planes small enough that several images are stacked into one product
+// (kernels::conv2d_images) at a batch above 1: 3x3 conv + relu, 1x1 conv + residual add + relu,
+// strided 3x3 conv, 1x1 conv whose weight is 90% zeros (sparse), all on 8x8 or 4x4 planes.
+// Input x [N, 16, 8, 8], output [N, 48, 4, 4].
+inline graph::Graph small_plane_cnn() {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 16, 8, 8});
+  const int c1 = b.node("Relu", {b.node("Conv",
+                                        {x, b.constant("w1", random_tensor({32, 16, 3, 3}, 41)),
+                                         b.constant("b1", random_tensor({32}, 42))},
+                                        {{"pads", kPad1}})});
+  const int c2 = b.node("Conv", {c1, b.constant("w2", random_tensor({32, 32, 1, 1}, 43))});
+  const int res = b.node("Relu", {b.node("Add", {c2, c1})});
+  const int down = b.node("Conv", {res, b.constant("w3", random_tensor({32, 32, 3, 3}, 44))},
+                          {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
+  Tensor w4 = random_tensor({48, 32, 1, 1}, 45);
+  for (int64_t i = 0; i < w4.numel(); ++i) {
+    if (i % 10 != 0) w4.data<float>()[i] = 0.0f;
+  }
+  return b.finish({b.node("Conv", {down, b.constant("w4", std::move(w4))})});
+}
+
 }  // namespace sparsecol::testing

@@ -53,6 +53,18 @@ TEST(Layerwise, SmallCnnMatchesReferenceAtAnyThreadCount) {
   expect_matches_reference(residual_cnn(), {{"x", random_tensor({2, 3, 13, 11}, 11)}});
 }
 
+// Several images of small planes, stacked into one product per task (a different number per
+// stack at each thread count, the same bits).
+TEST(Layerwise, StackedImagesMatchReference) {
+  const NamedTensors inputs = {{"x", random_tensor({5, 16, 8, 8}, 46)}};
+  expect_matches_reference(small_plane_cnn(), inputs);
+  int stacked = 0;
+  for (const LayerInfo& info : layerwise(small_plane_cnn(), inputs, 2)->layers()) {
+    stacked += info.implementation.find("images stacked") != std::string::npos;
+  }
+  EXPECT_EQ(stacked, 4);
+}
+
 TEST(Layerwise, BatchOfOneMatchesReference) {
   expect_matches_reference(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
 }

@@ -222,10 +222,10 @@ TEST(Partition, ColumnsNeverCrossWholeTensorOps) {
     }
   }
   // With a roomy budget everything from the stem to the pool (the residual block's skip
-  // connection inside) forms one column; the conv after the GAP, alone, runs whole.
+  // connection inside) forms one column; the conv after the GAP, alone, runs whole (at batch 2
+  // its 8x6 images stack layer by layer).
   ASSERT_EQ(plan.columns.size(), 1u) << plan::describe_plan(g, plan);
-  EXPECT_EQ(plan.why_whole.back().rfind("one op alone keeps nothing in cache", 0), 0u)
-      << plan.why_whole.back();
+  EXPECT_EQ(plan.why_whole.back(), "at batch 2, layer by layer stacks its whole 8x6 images");
   EXPECT_EQ(plan.columns[0].ops.front().node, 0);
   EXPECT_EQ(g.nodes[static_cast<std::size_t>(plan.columns[0].ops.back().node)].op_type, "MaxPool");
   EXPECT_LT(plan.depthwise_bytes, plan.layerwise_bytes);
@@ -634,6 +634,35 @@ TEST(Partition, SmallPlanesRunWholeWhenTheThreadsNeedNarrowTiles) {
     EXPECT_EQ(forced.why_whole[n].find("pixels"), std::string::npos)
         << plan::describe_plan(g1, forced);
   }
+}
+
+// At a batch of several images, dense ops on planes of at most kStackedPlanePixels run whole
+// (layer by layer stacks their images); sparse ones and a batch of one still form columns.
+TEST(Partition, SmallDensePlanesRunWholeAtSeveralImages) {
+  auto plan_at = [](int64_t batch, int threads, double sparse_threshold) {
+    const graph::Graph g = prepared(small_plane_cnn(), {batch, 16, 8, 8});
+    plan::PlanOptions options;
+    options.threads = threads;
+    options.cache_budget_bytes = 64 << 20;
+    options.sparse_threshold = sparse_threshold;
+    const plan::TilePlan plan = plan::plan_columns(g, options);
+    expect_valid_plan(g, plan);
+    return std::pair{g, plan};
+  };
+  const auto [g, dense] = plan_at(4, 2, kernels::kAlwaysDense);
+  EXPECT_TRUE(dense.columns.empty()) << plan::describe_plan(g, dense);
+  EXPECT_EQ(dense.why_whole[0], "at batch 4, layer by layer stacks its whole 8x8 images");
+  // One image (on one thread, whose tiles are wide enough): columns.
+  const auto [g1, one] = plan_at(1, 1, kernels::kAlwaysDense);
+  EXPECT_FALSE(one.columns.empty()) << plan::describe_plan(g1, one);
+  // Every weight through the sparse kernels: columns.
+  const auto [gs, sparse] = plan_at(4, 2, 0.0);
+  EXPECT_FALSE(sparse.columns.empty()) << plan::describe_plan(gs, sparse);
+  // The last conv's weight is 90% zeros: with the default threshold it runs sparse, and the
+  // column that ends on it holds the dense ones before it too.
+  const auto [gd, mixed] = plan_at(4, 2, -1.0);
+  ASSERT_EQ(mixed.columns.size(), 1u) << plan::describe_plan(gd, mixed);
+  EXPECT_EQ(mixed.columns[0].ops.back().node, static_cast<int>(gd.nodes.size()) - 1);
 }
 
 // An intermediate read inside the column and again after it is written to memory by the tiles

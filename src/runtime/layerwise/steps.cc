@@ -159,7 +159,9 @@ class ConvStep final : public FastStep {
  public:
   ConvStep(const graph::Graph& graph, const graph::Node& node, kernels::PackedConv conv,
            int64_t batch, EpiloguePlan epilogue)
-      : FastStep(graph, node, "conv " + conv.implementation()),
+      : FastStep(graph, node,
+                 "conv " + conv.implementation() +
+                     (conv.stacks_images() && batch > 1 ? ", images stacked" : "")),
         conv_(std::move(conv)),
         batch_(batch),
         epilogue_(epilogue) {}
@@ -172,6 +174,20 @@ class ConvStep final : public FastStep {
     const int64_t in_image = g.in_c * g.in_h * g.in_w, out_image = g.out_c * g.out_h * g.out_w;
     const Split split = this->split(ctx.threads);
     const int64_t rows = split.rows, channels = split.channels;
+    if (split.images > 1) {  // whole images stacked: tasks of `images` images x `channels`
+      const int64_t groups = ceil_div(batch_, split.images);
+      const int64_t blocks = ceil_div(g.out_c, channels);
+      parallel_for(ctx.threads, groups * blocks, [&](int64_t task, int thread) {
+        const int64_t n0 = task / blocks * split.images, c0 = task % blocks * channels;
+        kernels::conv2d_images(conv_, x + n0 * in_image, y + n0 * out_image,
+                               std::min(split.images, batch_ - n0), c0,
+                               std::min(g.out_c, c0 + channels), epilogue_.kernel,
+                               residual != nullptr ? residual + n0 * out_image : nullptr,
+                               ctx.scratch[static_cast<std::size_t>(thread)]);
+      });
+      finish(ctx, epilogue_.fits);
+      return;
+    }
     const int64_t row_blocks = ceil_div(g.out_h, rows);
     const int64_t per_image = row_blocks * ceil_div(g.out_c, channels);
     parallel_for(ctx.threads, batch_ * per_image, [&](int64_t task, int thread) {
@@ -201,9 +217,10 @@ class ConvStep final : public FastStep {
   }
 
  private:
-  // Output rows x output channels of one task.
+  // Output rows x output channels of one task, or whole images x output channels when `images`
+  // > 1 (kernels::conv2d_images stacks them).
   struct Split {
-    int64_t rows, channels;
+    int64_t rows, channels, images = 1;
   };
   // Dense: all channels, an image cut into row blocks only as far as the threads need
   // (balanced_blocks: a block per image from a batch of 16 on 2 threads, two at batch 1): four
@@ -227,6 +244,18 @@ class ConvStep final : public FastStep {
     auto channels_per = [&](int64_t blocks) {
       return std::min(g.out_c, ceil_div(ceil_div(g.out_c, blocks), granule) * granule);
     };
+    if (conv_.stacks_images() && batch_ > 1) {
+      // Stacks of up to kStackPixels pixels (16 images of 7x7: the most the standalone product
+      // gained from; 4 already gave most of it), in a number of tasks the threads share evenly
+      // where the batch allows; channel blocks where it has too few images for the threads.
+      constexpr int64_t kStackPixels = 1024;
+      int64_t images = std::min(batch_, ceil_div(kStackPixels, g.out_h * g.out_w));
+      const int64_t even = ceil_div(ceil_div(batch_, images), threads) * threads;
+      if (ceil_div(batch_, even) > 1) images = ceil_div(batch_, even);
+      const int64_t groups = ceil_div(batch_, images);
+      return {g.out_h, channels_per(balanced_blocks(groups, threads, ceil_div(g.out_c, granule))),
+              images};
+    }
     if (std::string_view(conv_.weight_format()) == "dense") {
       const int64_t most = ceil_div(g.out_c, granule);
       if (granule < g.out_c && g.out_c >= g.out_h * g.out_w) {
