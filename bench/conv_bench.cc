@@ -52,6 +52,9 @@ const Layer kLayers[] = {
     {"mobilenetv2/dw_3x3s2_576_14", 576, 576, 14, 3, 2, 576},
     {"mobilenetv2/dw_3x3_960_7", 960, 960, 7, 3, 1, 960},
     {"mobilenetv2/pw_1x1_320to1280_7", 320, 1280, 7, 1, 1, 1},
+    // The README's example model (tools/make_models.py small_cnn): few channels on a 32x32 image.
+    {"small_cnn/conv1_3x3_3to16", 3, 16, 32, 3, 1, 1},
+    {"small_cnn/conv2_3x3_16", 16, 16, 32, 3, 1, 1},
 };
 
 void conv_layer(benchmark::State& state, const Layer& layer) {
