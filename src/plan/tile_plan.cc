@@ -106,6 +106,15 @@ int64_t sparse_bytes(const graph::Graph& graph, int w, int64_t row_pointers) {
   return (weight.numel() - zeros) * 8 + row_pointers * 4;
 }
 
+// `dense_flops` scaled by the fraction of non-zeros of weight `w` (a multiple of its element
+// count: each element is one multiply-add per output pixel or token).
+int64_t scale_by_density(const graph::Graph& graph, int w, int64_t dense_flops) {
+  const Tensor& weight = *value_of(graph, w).constant;
+  const float* data = weight.data<float>();
+  const int64_t nonzeros = weight.numel() - std::count(data, data + weight.numel(), 0.0f);
+  return weight.numel() == 0 ? 0 : dense_flops / weight.numel() * nonzeros;
+}
+
 RowMap window_map(const graph::WindowParams& w) {
   return RowMap{RowMap::Kind::kWindow, w.kernel[0],     w.strides[0],
                 w.dilations[0],        w.pads_begin[0], w.in_size[0]};
@@ -287,6 +296,7 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
                            .empty());
     }
     useful += op.rows * op.channels * op.width;
+    c.flops += op.batch * op.rows * op.flops_per_row;
     c.scratch_bytes = std::max(c.scratch_bytes,
                                std::min(op.scratch_cap_bytes, op.scratch_bytes_per_row * max_rows));
     c.weight_bytes += op.weight_bytes;
@@ -462,6 +472,25 @@ struct Candidates {
   }
 };
 
+double flops_per_cached_byte(const Column& c) {
+  return static_cast<double>(c.flops) / static_cast<double>(std::max<int64_t>(1, c.bytes_in_cache));
+}
+
+// Where layer by layer keeps its activations in the L3 (no L3 tier), an L2 column only saves
+// their round trips between L2 and L3, which matters to memory-bound ops (sparse and depthwise
+// convolutions, 5-54 FLOPs per byte kept in ResNet-50 90-95% and MobileNetV2) and not to dense
+// ones (ResNet-50's dense blocks 74-544, BERT's 384), where the tiles' halos and shorter kernel
+// calls only cost. Dense ResNet-50 at batch 1 (2 threads, fast mode, 3 alternated runs each):
+// depth-wise / layer by layer 0.977-0.981x with its L2 columns, 0.992-0.997x without those above
+// 100 FLOPs per byte, 1.001-1.007x without those above 60; ResNet-50 90% 0.995-0.997x with all,
+// 0.997-1.003x without those above 100 (1.08x in a slow-mode spell, where its 14x14 columns
+// lost), BERT dense 1.006-1.013x either way.
+constexpr double kMaxColumnFlopsPerCachedByte = 64.0;
+
+bool compute_bound(const Column& c) {
+  return flops_per_cached_byte(c) > kMaxColumnFlopsPerCachedByte;
+}
+
 std::string kib(int64_t bytes) {
   if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
   return fmt::format("{:.1f} KiB", bytes / 1024.0);
@@ -583,6 +612,8 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
         !depthwise && runs_sparse(graph, w, sparse_threshold, kernels::SparseLayerKind::kConv);
     op.stacks_images = kernels::stacks_images(runtime::conv_geometry(p), op.sparse);
     const int64_t taps = numel(p.window.kernel);
+    op.flops_per_row = 2 * op.channels * op.width * (p.in_channels / p.group) * taps;
+    if (op.sparse) op.flops_per_row = scale_by_density(graph, w, op.flops_per_row);
     if (op.sparse) {
       // ResNet-50 s90's layer3 streams 0.9 MiB per block instead of 4.3.
       op.weight_bytes = sparse_bytes(graph, w, p.out_channels + 1) + bias_bytes;
@@ -625,6 +656,8 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     op.inputs[0] = RowMap{RowMap::Kind::kSame};
     const int64_t k = (*w_dims)[0], n = (*w_dims)[1];
     op.sparse = runs_sparse(graph, w, sparse_threshold, kernels::SparseLayerKind::kLinear);
+    op.flops_per_row = 2 * k * n;
+    if (op.sparse) op.flops_per_row = scale_by_density(graph, w, op.flops_per_row);
     if (op.sparse) {
       // W^T in K blocks of kSpmmLinearDepthBlock rows, each with a row pointer per feature; the
       // kernel's scratch (a transposed block of tokens) does not grow with the tile.
@@ -726,9 +759,13 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
   for (const std::optional<TileOp>& op : tile_ops) {
     if (op) largest = std::max(largest, op->batch * op->rows * op->row_bytes());
   }
-  plan.l3_tier =
-      tier_budget(Tier::kL3, options) > options.cache_budget_bytes &&
+  const bool spills_l3 =
       static_cast<double>(largest) > options.shared_cache_fraction * options.shared_cache_bytes;
+  plan.l3_tier = tier_budget(Tier::kL3, options) > options.cache_budget_bytes && spills_l3;
+  // Layer by layer keeps every activation in a known L3 (not when the user's budget is the only
+  // tier): then L2 columns of compute-bound ops do not pay (compute_bound).
+  const bool l3_holds_activations =
+      options.shared_cache_bytes > 0 && options.shared_cache_fraction > 0 && !spills_l3;
   for (std::size_t i = 0; i < n;) {
     if (!tile_ops[i]) {
       ++i;
@@ -779,6 +816,16 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
     // cache: the op runs whole, split across the threads.
     if (!best || best->ops.size() < 2 || best->bytes_in_cache == 0) {
       plan.why_whole[i] = whole_reason(*tile_ops[i], best, options);
+      ++i;
+      continue;
+    }
+    // A forced tile height asks for columns: only a chosen one is weighed.
+    if (options.tile_rows == 0 && best->tier == Tier::kL2 && l3_holds_activations &&
+        compute_bound(*best)) {
+      plan.why_whole[i] = fmt::format(
+          "its column would do {:.0f} FLOPs per byte it keeps in L2, while layer by layer keeps "
+          "that byte in the L3 anyway: compute-bound, tiles would only cost",
+          flops_per_cached_byte(*best));
       ++i;
       continue;
     }
@@ -834,7 +881,7 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
     out += fmt::format(
         "  column {} ({}): {} ops, tiles of {} of {} {} ({} per {}), working set {} of {} "
         "(tile buffers {}, scratch {}, weights {}{}), halo overhead {:.1f}%, intermediates in "
-        "{} {}, to memory {}\n",
+        "{} {}, to memory {}, {:.0f} FLOPs per byte kept\n",
         col, to_string(c.tier), c.ops.size(), c.tile_rows, c.ops.back().rows,
         c.ops.back().tokens ? "tokens" : "rows", c.tiles_per_image,
         c.ops.back().tokens ? "sequence" : "image", kib(c.working_set_bytes), kib(c.budget_bytes),
@@ -842,7 +889,8 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
         c.weights_streamed    ? " streamed from the shared cache"
         : c.tier == Tier::kL3 ? " shared by the threads"
                               : "",
-        100.0 * c.halo_overhead, to_string(c.tier), kib(c.bytes_in_cache), kib(c.bytes_to_memory));
+        100.0 * c.halo_overhead, to_string(c.tier), kib(c.bytes_in_cache), kib(c.bytes_to_memory),
+        flops_per_cached_byte(c));
     for (std::size_t k = 0; k < c.ops.size(); ++k) {
       const TileOp& op = c.ops[k];
       int64_t rows = 0;

@@ -88,6 +88,10 @@ struct TileOp {
   // Bytes of constants the kernel streams per tile: the packed sparse weight (values, offsets,
   // row pointers) when it runs through the sparse kernels, else the float weights and bias.
   int64_t weight_bytes = 0;
+  // Floating-point operations per output row (all channels): 2 per multiply-add of a weighted op
+  // (the weight's non-zeros only when it runs sparse), 0 for the cheap ops (pooling,
+  // element-wise, normalization).
+  int64_t flops_per_row = 0;
   bool sparse = false;  // a Conv or MatMul whose weight runs through the sparse kernels
   // A convolution whose images layer by layer stacks into one product at a batch above 1
   // (kernels::stacks_images).
@@ -168,6 +172,7 @@ struct Column {
   int64_t bytes_in_cache = 0;    // per run: intermediates that never leave the tile buffers
                                  // (in the column's tier: L2 or L3)
   int64_t bytes_to_memory = 0;   // per run: the column's outputs
+  int64_t flops = 0;             // per run: its ops' useful rows (TileOp::flops_per_row)
   bool is_output(int op) const;  // ops[op]'s output is written to memory
 };
 

@@ -278,19 +278,22 @@ TEST(Partition, WorkingSetStaysUnderTheChosenTiersBudget) {
 }
 
 // A stem and four residual blocks (3x3 conv + ReLU, 1x1 conv, Add + ReLU), then a global pool.
-graph::Graph residual_chain() {
+// Its weights have a `sparsity` fraction of zeros (pruned_tensor).
+graph::Graph residual_chain(double sparsity = 0.0) {
   GraphBuilder b;
   int h = b.input("x", {-1, 16, 32, 24});
-  h = b.node("Relu", {b.node("Conv", {h, b.constant("w0", random_tensor({16, 16, 3, 3}, 1))},
-                             {{"pads", kPad1}})});
+  h = b.node("Relu",
+             {b.node("Conv", {h, b.constant("w0", pruned_tensor({16, 16, 3, 3}, 1, sparsity))},
+                     {{"pads", kPad1}})});
   for (uint32_t block = 0; block < 4; ++block) {
     const int c1 =
         b.node("Relu", {b.node("Conv",
                                {h, b.constant(fmt::format("w{}a", block),
-                                              random_tensor({16, 16, 3, 3}, 10 + block))},
+                                              pruned_tensor({16, 16, 3, 3}, 10 + block, sparsity))},
                                {{"pads", kPad1}})});
-    const int c2 = b.node("Conv", {c1, b.constant(fmt::format("w{}b", block),
-                                                  random_tensor({16, 16, 1, 1}, 20 + block))});
+    const int c2 =
+        b.node("Conv", {c1, b.constant(fmt::format("w{}b", block),
+                                       pruned_tensor({16, 16, 1, 1}, 20 + block, sparsity))});
     h = b.node("Relu", {b.node("Add", {c2, h})});
   }
   return b.finish({b.node("GlobalAveragePool", {h})});
@@ -340,6 +343,56 @@ TEST(Partition, TierChoiceOnSyntheticCaches) {
 
 // A Conv whose weight runs through the sparse kernels streams its packed non-zeros, not the
 // dense weight, and needs no im2col (the zero-padded input rows only).
+// Where layer by layer keeps the activations in the L3, an L2 column of a dense 3x3 and 1x1
+// convolution (80 FLOPs per byte it would keep in L2: the 3x3's output) is compute-bound and
+// does not form: no column of more than 64 FLOPs per byte does. Pruned to 95% zeros (about 4
+// FLOPs per byte) they form columns, and so does the dense one where no L3 is known, where the
+// user's budget is the only tier, or at a forced tile height.
+TEST(Partition, ComputeBoundColumnsRunWholeWhereTheL3HoldsTheActivations) {
+  constexpr int64_t kL3 = 32 << 20;  // holds the 48 KiB activations of one image many times
+  auto plan_for = [](double sparsity, int64_t l3, double l3_fraction, int64_t tile_rows) {
+    const graph::Graph g = prepared(residual_chain(sparsity), {1, 16, 32, 24});
+    plan::PlanOptions options;
+    // Columns of about one block (see TierChoiceOnSyntheticCaches).
+    options.cache_budget_bytes = 64 << 10;
+    options.shared_cache_bytes = l3;
+    options.shared_cache_fraction = l3_fraction;
+    options.tile_rows = tile_rows;
+    const plan::TilePlan plan = plan::plan_columns(g, options);
+    expect_valid_plan(g, plan);
+    return std::pair{g, plan};
+  };
+  auto flops_per_byte = [](const plan::Column& c) {
+    return static_cast<double>(c.flops) / static_cast<double>(c.bytes_in_cache);
+  };
+  const auto [g, dense] = plan_for(0.0, kL3, 0.5, 0);
+  const auto bound = static_cast<std::size_t>(
+      std::find_if(dense.why_whole.begin(), dense.why_whole.end(),
+                   [](const std::string& why) {
+                     return why.find("80 FLOPs per byte") != std::string::npos &&
+                            why.find("compute-bound") != std::string::npos;
+                   }) -
+      dense.why_whole.begin());
+  ASSERT_LT(bound, g.nodes.size()) << plan::describe_plan(g, dense);
+  for (const plan::Column& c : dense.columns) {
+    EXPECT_LE(flops_per_byte(c), 64.0) << plan::describe_plan(g, dense);
+  }
+  const auto [gs, sparse] = plan_for(0.95, kL3, 0.5, 0);
+  ASSERT_FALSE(sparse.columns.empty()) << plan::describe_plan(gs, sparse);
+  EXPECT_GE(sparse.column_of[bound], 0) << plan::describe_plan(gs, sparse);
+  for (const plan::Column& c : sparse.columns) {
+    EXPECT_LT(flops_per_byte(c), 8.0) << plan::describe_plan(gs, sparse);
+  }
+  for (const auto& [l3, fraction, rows] :
+       {std::tuple{int64_t{0}, 0.5, int64_t{0}}, std::tuple{kL3, 0.0, int64_t{0}},
+        std::tuple{kL3, 0.5, int64_t{4}}}) {
+    const auto [gd, other] = plan_for(0.0, l3, fraction, rows);
+    EXPECT_GE(other.column_of[bound], 0)
+        << "L3 " << l3 << ", fraction " << fraction << ", tile rows " << rows << "\n"
+        << plan::describe_plan(gd, other);
+  }
+}
+
 TEST(TileOps, SparseConvStreamsItsNonZerosAndNeedsNoIm2col) {
   GraphBuilder b;
   const int x = b.input("x", {-1, 32, 12, 10});
@@ -358,6 +411,10 @@ TEST(TileOps, SparseConvStreamsItsNonZerosAndNeedsNoIm2col) {
   const int64_t nnz = (w.numel() + 9) / 10;
   EXPECT_EQ(dense->weight_bytes, w.numel() * 4);
   EXPECT_EQ(sparse->weight_bytes, nnz * 8 + 33 * 4);
+  // Per output row of 10 pixels x 32 channels: 32 x 9 multiply-adds each, only the non-zeros'
+  // when sparse.
+  EXPECT_EQ(dense->flops_per_row, 2 * 10 * 32 * 32 * 9);
+  EXPECT_EQ(sparse->flops_per_row, 2 * 10 * nnz);
   // im2col: 32 channels x 9 taps per pixel; sparse: 32 padded input rows and 32 output rows,
   // each 12 wide.
   EXPECT_EQ(dense->scratch_bytes_per_row, 32 * 9 * 10 * 4);
