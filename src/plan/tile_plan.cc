@@ -97,22 +97,24 @@ bool runs_sparse(const graph::Graph& graph, int w, double sparse_threshold,
          kernels::resolve_sparse_threshold(sparse_threshold, kind);
 }
 
+// The exact non-zeros of constant weight `w`.
+int64_t nonzeros(const graph::Graph& graph, int w) {
+  const Tensor& weight = *value_of(graph, w).constant;
+  const float* data = weight.data<float>();
+  return weight.numel() - std::count(data, data + weight.numel(), 0.0f);
+}
+
 // The packed bytes of sparse weight `w` (kernels::SparseMatrix::packed_bytes): a value and an
 // offset per non-zero, and `row_pointers` row pointers.
 int64_t sparse_bytes(const graph::Graph& graph, int w, int64_t row_pointers) {
-  const Tensor& weight = *value_of(graph, w).constant;
-  const float* data = weight.data<float>();
-  const int64_t zeros = std::count(data, data + weight.numel(), 0.0f);
-  return (weight.numel() - zeros) * 8 + row_pointers * 4;
+  return nonzeros(graph, w) * 8 + row_pointers * 4;
 }
 
 // `dense_flops` scaled by the fraction of non-zeros of weight `w` (a multiple of its element
 // count: each element is one multiply-add per output pixel or token).
 int64_t scale_by_density(const graph::Graph& graph, int w, int64_t dense_flops) {
-  const Tensor& weight = *value_of(graph, w).constant;
-  const float* data = weight.data<float>();
-  const int64_t nonzeros = weight.numel() - std::count(data, data + weight.numel(), 0.0f);
-  return weight.numel() == 0 ? 0 : dense_flops / weight.numel() * nonzeros;
+  const int64_t count = value_of(graph, w).constant->numel();
+  return count == 0 ? 0 : dense_flops / count * nonzeros(graph, w);
 }
 
 RowMap window_map(const graph::WindowParams& w) {
@@ -472,10 +474,6 @@ struct Candidates {
   }
 };
 
-double flops_per_cached_byte(const Column& c) {
-  return static_cast<double>(c.flops) / static_cast<double>(std::max<int64_t>(1, c.bytes_in_cache));
-}
-
 // Where layer by layer keeps its activations in the L3 (no L3 tier), an L2 column only saves
 // their round trips between L2 and L3, which matters to memory-bound ops (sparse and depthwise
 // convolutions, 5-54 FLOPs per byte kept in ResNet-50 90-95% and MobileNetV2) and not to dense
@@ -484,11 +482,12 @@ double flops_per_cached_byte(const Column& c) {
 // depth-wise / layer by layer 0.977-0.981x with its L2 columns, 0.992-0.997x without those above
 // 100 FLOPs per byte, 1.001-1.007x without those above 60; ResNet-50 90% 0.995-0.997x with all,
 // 0.997-1.003x without those above 100 (1.08x in a slow-mode spell, where its 14x14 columns
-// lost), BERT dense 1.006-1.013x either way.
+// lost); BERT dense 1.007-1.010x with its columns (a linear layer and its layer norm), 0.998-1.006x
+// without.
 constexpr double kMaxColumnFlopsPerCachedByte = 64.0;
 
 bool compute_bound(const Column& c) {
-  return flops_per_cached_byte(c) > kMaxColumnFlopsPerCachedByte;
+  return c.flops_per_cached_byte() > kMaxColumnFlopsPerCachedByte;
 }
 
 std::string kib(int64_t bytes) {
@@ -558,6 +557,10 @@ bool Column::is_output(int op) const {
          outputs.end();
 }
 
+double Column::flops_per_cached_byte() const {
+  return static_cast<double>(flops) / static_cast<double>(std::max<int64_t>(1, bytes_in_cache));
+}
+
 std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, std::string* why_not,
                                    double sparse_threshold) {
   const graph::Node& node = graph.nodes[static_cast<std::size_t>(node_index)];
@@ -613,8 +616,8 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     op.stacks_images = kernels::stacks_images(runtime::conv_geometry(p), op.sparse);
     const int64_t taps = numel(p.window.kernel);
     op.flops_per_row = 2 * op.channels * op.width * (p.in_channels / p.group) * taps;
-    if (op.sparse) op.flops_per_row = scale_by_density(graph, w, op.flops_per_row);
     if (op.sparse) {
+      op.flops_per_row = scale_by_density(graph, w, op.flops_per_row);
       // ResNet-50 s90's layer3 streams 0.9 MiB per block instead of 4.3.
       op.weight_bytes = sparse_bytes(graph, w, p.out_channels + 1) + bias_bytes;
     }
@@ -657,8 +660,8 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     const int64_t k = (*w_dims)[0], n = (*w_dims)[1];
     op.sparse = runs_sparse(graph, w, sparse_threshold, kernels::SparseLayerKind::kLinear);
     op.flops_per_row = 2 * k * n;
-    if (op.sparse) op.flops_per_row = scale_by_density(graph, w, op.flops_per_row);
     if (op.sparse) {
+      op.flops_per_row = scale_by_density(graph, w, op.flops_per_row);
       // W^T in K blocks of kSpmmLinearDepthBlock rows, each with a row pointer per feature; the
       // kernel's scratch (a transposed block of tokens) does not grow with the tile.
       op.weight_bytes =
@@ -825,7 +828,7 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
       plan.why_whole[i] = fmt::format(
           "its column would do {:.0f} FLOPs per byte it keeps in L2, while layer by layer keeps "
           "that byte in the L3 anyway: compute-bound, tiles would only cost",
-          flops_per_cached_byte(*best));
+          best->flops_per_cached_byte());
       ++i;
       continue;
     }
@@ -890,7 +893,7 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
         : c.tier == Tier::kL3 ? " shared by the threads"
                               : "",
         100.0 * c.halo_overhead, to_string(c.tier), kib(c.bytes_in_cache), kib(c.bytes_to_memory),
-        flops_per_cached_byte(c));
+        c.flops_per_cached_byte());
     for (std::size_t k = 0; k < c.ops.size(); ++k) {
       const TileOp& op = c.ops[k];
       int64_t rows = 0;

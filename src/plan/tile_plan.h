@@ -170,12 +170,13 @@ struct Column {
   int64_t working_set_bytes = 0;
   int64_t budget_bytes = 0;  // the tier's budget it fits
   bool weights_streamed = false;
-  double halo_overhead = 0.0;    // recomputed output elements / useful ones
-  int64_t bytes_in_cache = 0;    // per run: intermediates that never leave the tile buffers
-                                 // (in the column's tier: L2 or L3)
-  int64_t bytes_to_memory = 0;   // per run: the column's outputs
-  int64_t flops = 0;             // per run: its ops' useful rows (TileOp::flops_per_row)
-  bool is_output(int op) const;  // ops[op]'s output is written to memory
+  double halo_overhead = 0.0;            // recomputed output elements / useful ones
+  int64_t bytes_in_cache = 0;            // per run: intermediates that never leave the tile buffers
+                                         // (in the column's tier: L2 or L3)
+  int64_t bytes_to_memory = 0;           // per run: the column's outputs
+  int64_t flops = 0;                     // per run: its ops' useful rows (TileOp::flops_per_row)
+  bool is_output(int op) const;          // ops[op]'s output is written to memory
+  double flops_per_cached_byte() const;  // flops / bytes_in_cache
 };
 
 struct TilePlan {

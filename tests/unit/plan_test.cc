@@ -341,8 +341,6 @@ TEST(Partition, TierChoiceOnSyntheticCaches) {
   }
 }
 
-// A Conv whose weight runs through the sparse kernels streams its packed non-zeros, not the
-// dense weight, and needs no im2col (the zero-padded input rows only).
 // Where layer by layer keeps the activations in the L3, an L2 column of a dense 3x3 and 1x1
 // convolution (80 FLOPs per byte it would keep in L2: the 3x3's output) is compute-bound and
 // does not form: no column of more than 64 FLOPs per byte does. Pruned to 95% zeros (about 4
@@ -362,9 +360,6 @@ TEST(Partition, ComputeBoundColumnsRunWholeWhereTheL3HoldsTheActivations) {
     expect_valid_plan(g, plan);
     return std::pair{g, plan};
   };
-  auto flops_per_byte = [](const plan::Column& c) {
-    return static_cast<double>(c.flops) / static_cast<double>(c.bytes_in_cache);
-  };
   const auto [g, dense] = plan_for(0.0, kL3, 0.5, 0);
   const auto bound = static_cast<std::size_t>(
       std::find_if(dense.why_whole.begin(), dense.why_whole.end(),
@@ -375,13 +370,13 @@ TEST(Partition, ComputeBoundColumnsRunWholeWhereTheL3HoldsTheActivations) {
       dense.why_whole.begin());
   ASSERT_LT(bound, g.nodes.size()) << plan::describe_plan(g, dense);
   for (const plan::Column& c : dense.columns) {
-    EXPECT_LE(flops_per_byte(c), 64.0) << plan::describe_plan(g, dense);
+    EXPECT_LE(c.flops_per_cached_byte(), 64.0) << plan::describe_plan(g, dense);
   }
   const auto [gs, sparse] = plan_for(0.95, kL3, 0.5, 0);
   ASSERT_FALSE(sparse.columns.empty()) << plan::describe_plan(gs, sparse);
   EXPECT_GE(sparse.column_of[bound], 0) << plan::describe_plan(gs, sparse);
   for (const plan::Column& c : sparse.columns) {
-    EXPECT_LT(flops_per_byte(c), 8.0) << plan::describe_plan(gs, sparse);
+    EXPECT_LT(c.flops_per_cached_byte(), 8.0) << plan::describe_plan(gs, sparse);
   }
   for (const auto& [l3, fraction, rows] :
        {std::tuple{int64_t{0}, 0.5, int64_t{0}}, std::tuple{kL3, 0.0, int64_t{0}},
@@ -393,6 +388,8 @@ TEST(Partition, ComputeBoundColumnsRunWholeWhereTheL3HoldsTheActivations) {
   }
 }
 
+// A Conv whose weight runs through the sparse kernels streams its packed non-zeros, not the
+// dense weight, and needs no im2col (the zero-padded input rows only).
 TEST(TileOps, SparseConvStreamsItsNonZerosAndNeedsNoIm2col) {
   GraphBuilder b;
   const int x = b.input("x", {-1, 32, 12, 10});
