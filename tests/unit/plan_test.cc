@@ -279,12 +279,18 @@ TEST(Partition, WorkingSetStaysUnderTheChosenTiersBudget) {
 
 // A stem and four residual blocks (3x3 conv + ReLU, 1x1 conv, Add + ReLU), then a global pool.
 // Its weights have a `sparsity` fraction of zeros (pruned_tensor).
-graph::Graph residual_chain(double sparsity = 0.0) {
+// `stem_channels` > 16: the stem widens to that many channels and a 1x1 convolution narrows
+// them back, so that the stem's activation is larger than the blocks'.
+graph::Graph residual_chain(double sparsity = 0.0, int64_t stem_channels = 16) {
   GraphBuilder b;
   int h = b.input("x", {-1, 16, 32, 24});
-  h = b.node("Relu",
-             {b.node("Conv", {h, b.constant("w0", pruned_tensor({16, 16, 3, 3}, 1, sparsity))},
-                     {{"pads", kPad1}})});
+  h = b.node(
+      "Relu",
+      {b.node("Conv", {h, b.constant("w0", pruned_tensor({stem_channels, 16, 3, 3}, 1, sparsity))},
+              {{"pads", kPad1}})});
+  if (stem_channels != 16) {
+    h = b.node("Conv", {h, b.constant("w0n", pruned_tensor({16, stem_channels, 1, 1}, 2, 0.0))});
+  }
   for (uint32_t block = 0; block < 4; ++block) {
     const int c1 =
         b.node("Relu", {b.node("Conv",
@@ -386,6 +392,26 @@ TEST(Partition, ComputeBoundColumnsRunWholeWhereTheL3HoldsTheActivations) {
         << "L3 " << l3 << ", fraction " << fraction << ", tile rows " << rows << "\n"
         << plan::describe_plan(gd, other);
   }
+
+  // Per column: a stem whose activation (192 KiB) spills a 128 KiB L3 share (two threads: no L3
+  // tier) keeps its column, and does not keep the blocks' compute-bound columns (48 KiB
+  // activations, which the share holds) from running whole.
+  const graph::Graph wide = prepared(residual_chain(0.0, 64), {1, 16, 32, 24});
+  plan::PlanOptions options;
+  options.cache_budget_bytes = 64 << 10;
+  options.shared_cache_bytes = 256 << 10;
+  options.shared_cache_fraction = 0.5;
+  options.threads = 2;
+  const plan::TilePlan wide_plan = plan::plan_columns(wide, options);
+  expect_valid_plan(wide, wide_plan);
+  EXPECT_GE(wide_plan.column_of[0], 0) << "the stem's column stays\n"
+                                       << plan::describe_plan(wide, wide_plan);
+  EXPECT_NE(std::find_if(wide_plan.why_whole.begin(), wide_plan.why_whole.end(),
+                         [](const std::string& why) {
+                           return why.find("compute-bound") != std::string::npos;
+                         }),
+            wide_plan.why_whole.end())
+      << plan::describe_plan(wide, wide_plan);
 }
 
 // A Conv whose weight runs through the sparse kernels streams its packed non-zeros, not the
