@@ -28,7 +28,8 @@ struct PackedConv::Impl {
     kDepthwise,
     kSpmm1x1,
     kSpmmGathered1x1,
-    kSpmmPhases
+    kSpmmPhases,
+    kPhaseGemm
   };
   Kind kind = Kind::kIm2colGemm;
   std::vector<PackedA> groups;  // GEMM kinds: group g's weights [OC/g x IC/g*KH*KW]
@@ -39,6 +40,10 @@ struct PackedConv::Impl {
   int64_t tap_block_channels = 0;
   std::vector<ConvTap> taps;
   std::vector<int64_t> tap_phases;
+  // kPhaseGemm (see pack_phase_gemm): B row (c, ky, kx) of group 0's channels as an offset into
+  // the phase planes of a chunk (chunk_rows, phase_w and b_plane below); group g's rows lie
+  // g * IC/g planes further on.
+  std::vector<int64_t> row_offsets;
   std::vector<float> weight;  // depthwise: [C x KH*KW]
   std::vector<float> bias;    // out_c values, zeros when the layer has none
   double sparsity = 0.0;      // fraction of exact zeros of the weight
@@ -47,17 +52,20 @@ struct PackedConv::Impl {
   // splits it by input channels into K-blocks (see pack_sparse), every other kind has one.
   std::vector<SparseMatrix> sparse;
   Isa sparse_isa = Isa::kPortable;
-  // kSpmmPhases (see pack_sparse): output rows per chunk and the length of a phase row.
+  // kSpmmPhases (see pack_sparse) and kPhaseGemm: output rows per chunk and the length of a
+  // phase row.
   int64_t chunk_rows = 0;
   int64_t phase_w = 0;
-  // Sparse kinds: the floats from one B plane to the next that the packed offsets assume, a whole
-  // number of cache lines: the phase planes of a chunk buffer (kSpmmPhases), the input planes
-  // (1x1 kinds; the input's own when its planes are that far apart, else a copy's).
+  // Sparse kinds and kPhaseGemm: the floats from one B plane to the next that the packed offsets
+  // assume, a whole number of cache lines: the phase planes of a chunk buffer (kSpmmPhases,
+  // kPhaseGemm), the input planes (1x1 kinds; the input's own when its planes are that far
+  // apart, else a copy's).
   int64_t b_plane = 0;
 
   bool is_sparse() const { return !sparse.empty(); }
   bool is_gemm() const {
-    return kind == Kind::kGemm1x1 || kind == Kind::kIm2colGemm || kind == Kind::kImplicitGemm;
+    return kind == Kind::kGemm1x1 || kind == Kind::kIm2colGemm || kind == Kind::kImplicitGemm ||
+           kind == Kind::kPhaseGemm;
   }
 };
 
@@ -337,8 +345,9 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
 // chunking of the image to keep one in L2, whose narrow chunks left the GEMM's last strip of
 // each mostly empty (14x14 images: chunks of 5 rows, 3 strips of 32 for 70 pixels).
 // The micro-kernel runs each tap's channels as one loop between mask and pointer changes, so
-// a layer with few input channels stays on im2col: ResNet-50's 7x7 stem (3 channels, 49 taps)
-// and MobileNetV2's 3x3 stem ran 2.9x and 3.5x slower as implicit GEMMs (one thread, Zen 5).
+// a layer with few input channels runs on phase planes instead (runs_on_phase_planes): ResNet-50's
+// 7x7 stem (3 channels, 49 taps) and MobileNetV2's 3x3 stem ran 2.9x and 3.5x slower as implicit
+// GEMMs (one thread, Zen 5).
 constexpr int64_t kMinTapChannels = 16;
 
 bool is_depthwise(const ConvGeometry& g) { return g.groups == g.in_c && g.groups == g.out_c; }
@@ -431,6 +440,34 @@ void pack_implicit_gemm(const ConvGeometry& g, const float* weight, Isa isa,
   impl.groups.emplace_back(ordered.data(), g.out_c, g.in_c * taps, g.in_c * taps, isa);
 }
 
+// A dense layer on phase planes (runs_on_phase_planes): each chunk of output rows copies its
+// input rows, zero-padded and split by stride phase, into planes (fill_phases, as the sparse
+// phase path does: pack_sparse), where every tap of every output row is a contiguous run; the
+// GEMM reads B row (c, ky, kx) there at its offset (gemm_packed_row_offsets) and computes
+// phase_w-wide rows. A chunk's planes and its output rows together stay near
+// kIm2colBudgetFloats. Against im2col into packed strips (bench/conv_bench.cc, one thread, Zen
+// 5, alternated runs): ResNet-50's 7x7 stride-2 stem 1.04-1.07x, MobileNetV2's 3x3 stride-2 stem
+// 1.05x, small_cnn's 3x3 3 -> 16 1.38x. The stems' B loads straddle cache lines (a tap's offset
+// is any column), and the 12 planes of a ResNet-50 chunk (55 KiB) outgrow L1: the GEMM runs at
+// ~0.85 of the FMA peak there against 0.95 on packed strips, which gives back most of what the
+// skipped im2col saved (~190 us of the stem's 1180).
+void pack_phase_gemm(const ConvGeometry& g, PackedConv::Impl& impl) {
+  impl.kind = PackedConv::Impl::Kind::kPhaseGemm;
+  impl.phase_w = g.out_w + phase_reach_columns(g);
+  const int64_t halo = phase_halo_rows(g);
+  const int64_t planes = g.in_c * g.stride_h * g.stride_w;
+  impl.chunk_rows = chunk_rows(g, (planes + g.out_c / g.groups) * impl.phase_w,
+                               planes * halo * impl.phase_w, kIm2colBudgetFloats);
+  impl.b_plane = round_up_to_line((impl.chunk_rows + halo) * impl.phase_w);
+  for (int64_t c = 0; c < g.in_c / g.groups; ++c) {
+    for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+      for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+        impl.row_offsets.push_back(phase_tap_offset(g, c, ky, kx, impl.phase_w, impl.b_plane));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
@@ -461,6 +498,7 @@ PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const 
         impl->groups.emplace_back(weight + group * oc_per_group * depth, oc_per_group, depth, depth,
                                   std::min(isa, active_isa()));
       }
+      if (runs_on_phase_planes(g)) pack_phase_gemm(g, *impl);
     }
   }
   impl_ = std::move(impl);
@@ -496,6 +534,9 @@ std::string PackedConv::implementation() const {
     case Impl::Kind::kImplicitGemm:
       return fmt::format("implicit-gemm-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          to_string(impl_->groups.front().isa()));
+    case Impl::Kind::kPhaseGemm:
+      return fmt::format("phase-gemm-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
+                         to_string(impl_->groups.front().isa()));
     case Impl::Kind::kDepthwise:
       return fmt::format("depthwise-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          to_string(active_isa()));
@@ -509,6 +550,10 @@ std::string PackedConv::implementation() const {
                          to_string(impl_->sparse_isa));
   }
   return "unknown";
+}
+
+bool runs_on_phase_planes(const ConvGeometry& g) {
+  return !is_depthwise(g) && !is_pointwise(g) && g.in_c < kMinTapChannels;
 }
 
 bool gathers_strided_pointwise(const ConvGeometry& g) {
@@ -693,25 +738,6 @@ int64_t PackedConv::channel_granule() const {
 
 namespace {
 
-// The column matrix rows of input channels [c0, c0 + channels) for the `rows` output rows of a
-// chunk, from its phase planes (fill_phases, phase_tap_offset): each tap's run of output pixels
-// per output row is contiguous there.
-void im2col_phases(const ConvGeometry& g, const float* phases, int64_t phase_w, int64_t plane,
-                   int64_t c0, int64_t channels, int64_t rows, float* cols, int64_t ldb) {
-  for (int64_t c = 0; c < channels; ++c) {
-    for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
-      for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
-        const float* from = phases + phase_tap_offset(g, c0 + c, ky, kx, phase_w, plane);
-        float* row = cols + ((c * g.kernel_h + ky) * g.kernel_w + kx) * ldb;
-        for (int64_t i = 0; i < rows; ++i) {
-          std::memcpy(row + i * g.out_w, from + i * phase_w,
-                      static_cast<std::size_t>(g.out_w) * sizeof(float));
-        }
-      }
-    }
-  }
-}
-
 // The phase planes an implicit GEMM's taps read for output rows [oh_begin, oh_end) (see
 // pack_implicit_gemm), in `scratch`: per input channel, one plane per phase of impl.tap_phases,
 // each out_w floats a row, from the phase row the highest tap of output row oh_begin reads to the
@@ -808,6 +834,39 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
     return;
   }
 
+  if (impl.kind == PackedConv::Impl::Kind::kPhaseGemm) {
+    // The GEMM computes a chunk's phase_w-wide rows into scratch with the epilogue up to the
+    // residual; finish_row copies out out_w of each, adding the residual if any.
+    const int64_t pw = impl.phase_w, halo = phase_halo_rows(g);
+    const int64_t planes = g.in_c * g.stride_h * g.stride_w;
+    const int64_t ldo = round_up_to_line(impl.chunk_rows * pw);
+    float* phases = aligned_scratch(scratch, planes * impl.b_plane + (part_end - part_begin) * ldo);
+    float* out = phases + planes * impl.b_plane;
+    for (int64_t r0 = oh_begin; r0 < oh_end; r0 += impl.chunk_rows) {
+      const int64_t rows = std::min(oh_end - r0, impl.chunk_rows);
+      fill_phases(g, src, r0, r0 + rows, rows + halo, pw, impl.b_plane, phases);
+      for (int64_t group = 0; group < g.groups; ++group) {
+        gemm_rows(group, r0, [&](const PackedA& a, const Epilogue& e, float* c) {
+          Epilogue inner = e;
+          inner.residual = nullptr;
+          if (e.residual != nullptr) inner.post_residual = Activation::kNone;
+          const float* b = phases + group * (planes / g.groups) * impl.b_plane;
+          gemm_packed_row_offsets(a, b, impl.row_offsets, out, ldo, (rows - 1) * pw + g.out_w,
+                                  inner);
+          for (int64_t oc = 0; oc < a.rows(); ++oc) {
+            for (int64_t r = 0; r < rows; ++r) {
+              const float* res =
+                  e.residual == nullptr ? nullptr : e.residual + oc * e.residual_ld + r * g.out_w;
+              finish_row(out + oc * ldo + r * pw, res, g.out_w, e,
+                         c + oc * dst.plane_stride + r * g.out_w);
+            }
+          }
+        });
+      }
+    }
+    return;
+  }
+
   // im2col writes the column matrix straight into the GEMM's packed strips (gemm.h,
   // pack_b_strip_rows), a few of its rows at a time through a small block that stays in L1,
   // instead of as a plain matrix the GEMM would copy into strips again: on ResNet-50's 3x3
@@ -821,35 +880,15 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
   const int64_t block_c = std::min(ic_per_group, (16 + taps - 1) / taps);
   const int64_t max_n = std::min(chunk, oh_end - oh_begin) * g.out_w;
   const int64_t strip_floats = depth * ((max_n + nr - 1) / nr) * nr;
-  // Strided layers whose taps far outnumber their phases (ResNet-50's 7x7 stride-2 stem: 49 taps,
-  // 4 phases) gather the chunk's input rows into phase planes first (fill_phases, as the sparse
-  // lowering does), so that every tap row of the column matrix is a contiguous copy instead of a
-  // strided gather per tap: the stem ran 1.07-1.13x faster (bench/conv_bench.cc, one thread, Zen
-  // 5, three alternated runs), while ResNet-50's 3x3 stride-2 layers ran 1.0-1.04x slower (9
-  // taps over 4 phases: the phase copy costs what it saves) and its 1x1 stride-2 ones 1.15x.
-  const bool phased =
-      g.kernel_h * g.kernel_w >= 4 * g.stride_h * g.stride_w && (g.stride_h > 1 || g.stride_w > 1);
-  const int64_t phase_w = g.out_w + phase_reach_columns(g);
-  const int64_t halo = phase_halo_rows(g);
-  const int64_t phase_plane =
-      phased ? round_up_to_line((std::min(chunk, oh_end - oh_begin) + halo) * phase_w) : 0;
-  float* strips = aligned_scratch(scratch, strip_floats + block_c * taps * max_n +
-                                               g.in_c * g.stride_h * g.stride_w * phase_plane);
+  float* strips = aligned_scratch(scratch, strip_floats + block_c * taps * max_n);
   float* block = strips + strip_floats;
-  float* phases = block + block_c * taps * max_n;
   for (int64_t r0 = oh_begin; r0 < oh_end; r0 += chunk) {
     const int64_t r1 = std::min(oh_end, r0 + chunk);
     const int64_t n = (r1 - r0) * g.out_w;
-    if (phased) fill_phases(g, src, r0, r1, r1 - r0 + halo, phase_w, phase_plane, phases);
     for (int64_t group = 0; group < g.groups; ++group) {
       for (int64_t c0 = 0; c0 < ic_per_group; c0 += block_c) {
         const int64_t channels = std::min(block_c, ic_per_group - c0);
-        if (phased) {
-          im2col_phases(g, phases, phase_w, phase_plane, group * ic_per_group + c0, channels,
-                        r1 - r0, block, n);
-        } else {
-          im2col(g, src, group * ic_per_group + c0, channels, r0, r1, block, n);
-        }
+        im2col(g, src, group * ic_per_group + c0, channels, r0, r1, block, n);
         pack_b_strip_rows(block, n, channels * taps, n, c0 * taps, depth, strips, isa);
       }
       gemm_rows(group, r0, [&](const PackedA& a, const Epilogue& e, float* c) {

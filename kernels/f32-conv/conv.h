@@ -66,6 +66,14 @@ void conv_input_rows(const ConvGeometry& g, int64_t oh_begin, int64_t oh_end, in
 // Scratch: in_c x out_h x out_w floats, of which a call touches its own rows.
 bool gathers_strided_pointwise(const ConvGeometry& g);
 
+// A dense convolution with too few input channels for the implicit GEMM (fewer than 16: the
+// stems of ResNet-50 and MobileNetV2, 3 channels) and not 1x1 or depthwise. It runs the GEMM over
+// zero-padded planes of a chunk of its input rows split by stride phase, each B row (channel,
+// tap) read at its offset there ("phase-gemm"), instead of an im2col that copies the input once
+// per tap. Scratch per output row: (in_c x stride_h x stride_w + out_c / groups) x phase_w
+// floats, phase_w being out_w plus the taps' reach in phase columns.
+bool runs_on_phase_planes(const ConvGeometry& g);
+
 // Where a kernel reads or writes one image: `data` points at row `row0` of channel 0; channel c's
 // row r is at data + c * plane_stride + (r - row0) * width. A whole tensor has row0 = 0 and
 // plane_stride = H * W; a tile buffer holds only some rows.

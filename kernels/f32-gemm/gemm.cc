@@ -204,6 +204,7 @@ struct BOperand {
   const float* data = nullptr;
   int64_t ldb = 0;
   bool strips = false;
+  const int64_t* row_offsets = nullptr;  // an indirect B: row p at data + row_offsets[p]
 };
 
 void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, int64_t k,
@@ -213,7 +214,7 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
   const Blocking blocking = choose_blocking(ukernel, k);
   const int64_t kc = blocking.kc, mc = blocking.mc, nc = blocking.nc;
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(k, kc));
-  const bool pack_b = !b.strips && m > mr && k > 0;
+  const bool pack_b = !b.strips && b.row_offsets == nullptr && m > mr && k > 0;
   // One buffer per thread: callers run this on several threads at once, one region each.
   thread_local std::vector<float> packed_b_scratch;
   float* packed_b =
@@ -233,6 +234,7 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
       if (pack_b)
         ukernel.pack_b(b.data + k0 * b.ldb + n0, b.ldb, k1 - k0, n1 - n0, packed_b, (k1 - k0) * nr);
       args.ldb = pack_b || b.strips ? nr : b.ldb;
+      args.b_row_offsets = b.row_offsets != nullptr ? b.row_offsets + k0 : nullptr;
       for (int64_t m0 = 0; m0 < m; m0 += mc) {
         const int64_t m1 = std::min(m, m0 + mc);
         auto tile = [&](int64_t i, int64_t j) {
@@ -375,6 +377,17 @@ void gemm_packed_strips(const PackedA& a, const float* strips, float* c, int64_t
                         const Epilogue& epilogue) {
   gemm_driver(default_gemm_ukernel(a.isa()), a.data(), a.rows(), a.depth(),
               BOperand{strips, 0, true}, c, ldc, n, epilogue);
+}
+
+void gemm_packed_row_offsets(const PackedA& a, const float* b, std::span<const int64_t> row_offsets,
+                             float* c, int64_t ldc, int64_t n, const Epilogue& epilogue) {
+  if (static_cast<int64_t>(row_offsets.size()) != a.depth()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("gemm_packed_row_offsets: {} row offsets for A of depth {}",
+                            row_offsets.size(), a.depth()));
+  }
+  gemm_driver(default_gemm_ukernel(a.isa()), a.data(), a.rows(), a.depth(),
+              BOperand{b, 0, false, row_offsets.data()}, c, ldc, n, epilogue);
 }
 
 // Loop nest: M blocks whose A block (MC rows of one block of channels, all its taps) is half of

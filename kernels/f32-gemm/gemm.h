@@ -96,6 +96,13 @@ void pack_b_strip_rows(const float* b, int64_t ldb, int64_t rows, int64_t n, int
 void gemm_packed_strips(const PackedA& a, const float* strips, float* c, int64_t ldc, int64_t n,
                         const Epilogue& epilogue);
 
+// C = epilogue(A * B) over columns [0, n) of an indirect B: row p is n floats from
+// b + row_offsets[p] (a.depth() offsets; rows may overlap). A convolution reads its taps so from
+// zero-padded planes, one offset per (channel, tap), without an im2col (f32-conv/conv.cc).
+// Single-threaded.
+void gemm_packed_row_offsets(const PackedA& a, const float* b, std::span<const int64_t> row_offsets,
+                             float* c, int64_t ldc, int64_t n, const Epilogue& epilogue);
+
 // A convolution's B operand read in place from planes of its input (an implicit GEMM, no
 // im2col): the input's own planes (stride 1) or its stride phases (plane (a, b) holding input
 // rows i * stride_h + a, columns j * stride_w + b), rows `width` floats apart, `width` being the

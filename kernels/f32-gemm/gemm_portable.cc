@@ -39,6 +39,13 @@ void ukernel_portable(const GemmUkernelArgs& args) {
         }
       }
     }
+  } else if (args.b_row_offsets != nullptr) {  // an indirect B: row p at b + b_row_offsets[p]
+    for (int64_t p = 0; p < args.k; ++p, a += kMr) {
+      const float* row = b + args.b_row_offsets[p];
+      for (int i = 0; i < kMr; ++i) {
+        for (int j = 0; j < args.n; ++j) acc[i][j] += a[i] * row[j];
+      }
+    }
   } else if (args.n == kNr) {
     for (int64_t p = 0; p < args.k; ++p, a += kMr, b += args.ldb) {
 #pragma GCC unroll 16

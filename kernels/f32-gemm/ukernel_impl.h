@@ -55,20 +55,27 @@ inline typename V::Vec activate(Activation act, typename V::Vec x, typename V::V
   return x;
 }
 
+// Where the k steps' B rows are: ldb apart, a convolution's taps (multiply_accumulate_taps), or
+// at per-step offsets (GemmUkernelArgs::b_row_offsets).
+enum class BRows { kStrided, kTaps, kIndirect };
+
 // acc[0, kRows)[0, kActive) += A panel x B rows over k steps. kFullN: every column of those
-// vectors is valid (plain loads); otherwise mask[v] says which are.
-template <typename V, int kMr, int kNv, int kRows, int kActive, bool kFullN>
+// vectors is valid (plain loads); otherwise mask[v] says which are. `offsets` (kIndirect only):
+// step p's row is at b + offsets[p].
+template <typename V, int kMr, int kNv, int kRows, int kActive, bool kFullN, bool kIndirect = false>
 inline void multiply_accumulate(typename V::Vec (&acc)[kMr][kNv], const float* a, const float* b,
-                                int64_t k, int64_t ldb, const typename V::Mask (&mask)[kNv]) {
+                                int64_t k, int64_t ldb, const typename V::Mask (&mask)[kNv],
+                                const int64_t* offsets = nullptr) {
   // Unrolled 4 deep: the loop's own increments and branch share Zen 3's 6-wide dispatch with the
   // 12 FMAs and 8 loads of a 6x16 step. Measured 1.00-1.27x over the plain loop on the
   // bench/gemm_bench.cc shapes (medians of 3 interleaved runs, thread CPU time).
 #pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p, a += kMr, b += ldb) {
+    const float* row = kIndirect ? b + offsets[p] : b;
     typename V::Vec bv[kActive];
 #pragma GCC unroll 8
     for (int v = 0; v < kActive; ++v) {
-      bv[v] = kFullN ? V::load(b + V::kLanes * v) : V::load_masked(b + V::kLanes * v, mask[v]);
+      bv[v] = kFullN ? V::load(row + V::kLanes * v) : V::load_masked(row + V::kLanes * v, mask[v]);
     }
 #pragma GCC unroll 16
     for (int i = 0; i < kRows; ++i) {
@@ -103,25 +110,29 @@ inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv],
 // a valid column), both chosen at compile time so that the accumulators stay in registers: a
 // 6x16 tile with 1 row and 1 column left does 1 FMA per k step, not 12 (the classifier of a
 // CNN at batch 1 is such a GEMM, M = 1).
-// kTaps: B is a convolution's taps (multiply_accumulate_taps), a compile-time choice so that
-// each variant's accumulators stay in registers.
-template <typename V, int kMr, int kNv, bool kFullN, bool kTaps, int kRows = kMr, int kActive = kNv>
+// kRowsOf: where B's rows are, a compile-time choice so that each variant's accumulators stay in
+// registers.
+template <typename V, int kMr, int kNv, bool kFullN, BRows kRowsOf, int kRows = kMr,
+          int kActive = kNv>
 inline void multiply_accumulate_part(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args,
                                      int rows, int active, const typename V::Mask (&mask)[kNv]) {
   if constexpr (kRows > 1) {
     if (rows < kRows) {
-      return multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps, kRows - 1, kActive>(
+      return multiply_accumulate_part<V, kMr, kNv, kFullN, kRowsOf, kRows - 1, kActive>(
           acc, args, rows, active, mask);
     }
   }
   if constexpr (kActive > 1 && !kFullN) {
     if (active < kActive) {
-      return multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps, kRows, kActive - 1>(
+      return multiply_accumulate_part<V, kMr, kNv, kFullN, kRowsOf, kRows, kActive - 1>(
           acc, args, rows, active, mask);
     }
   }
-  if constexpr (kTaps) {
+  if constexpr (kRowsOf == BRows::kTaps) {
     multiply_accumulate_taps<V, kMr, kNv, kRows, kActive>(acc, args);
+  } else if constexpr (kRowsOf == BRows::kIndirect) {
+    multiply_accumulate<V, kMr, kNv, kRows, kActive, kFullN, true>(acc, args.a, args.b, args.k, 0,
+                                                                   mask, args.b_row_offsets);
   } else {
     multiply_accumulate<V, kMr, kNv, kRows, kActive, kFullN>(acc, args.a, args.b, args.k, args.ldb,
                                                              mask);
@@ -222,7 +233,7 @@ template <typename V, int kMr, int kNv, bool kFullN>
   }
 }
 
-template <typename V, int kMr, int kNv, bool kFullN, bool kTaps>
+template <typename V, int kMr, int kNv, bool kFullN, BRows kRowsOf>
 inline void ukernel_body(const GemmUkernelArgs& args) {
   constexpr int kLanes = V::kLanes;
   constexpr int kNr = kLanes * kNv;
@@ -250,18 +261,25 @@ inline void ukernel_body(const GemmUkernelArgs& args) {
     for (int v = 0; v < kNv; ++v) acc[i][v] = V::zero();
   }
   const int active = static_cast<int>((args.n + kLanes - 1) / kLanes);
-  multiply_accumulate_part<V, kMr, kNv, kFullN, kTaps>(acc, args, rows, active, mask);
+  multiply_accumulate_part<V, kMr, kNv, kFullN, kRowsOf>(acc, args, rows, active, mask);
   finish_tile<V, kMr, kNv, kFullN>(acc, args, mask);
 }
 
 template <typename V, int kMr, int kNv>
 void ukernel(const GemmUkernelArgs& args) {
+  constexpr int kNr = V::kLanes * kNv;
   if (args.taps > 0) {
-    ukernel_body<V, kMr, kNv, false, true>(args);
-  } else if (args.n == V::kLanes * kNv) {
-    ukernel_body<V, kMr, kNv, true, false>(args);
+    ukernel_body<V, kMr, kNv, false, BRows::kTaps>(args);
+  } else if (args.b_row_offsets != nullptr) {
+    if (args.n == kNr) {
+      ukernel_body<V, kMr, kNv, true, BRows::kIndirect>(args);
+    } else {
+      ukernel_body<V, kMr, kNv, false, BRows::kIndirect>(args);
+    }
+  } else if (args.n == kNr) {
+    ukernel_body<V, kMr, kNv, true, BRows::kStrided>(args);
   } else {
-    ukernel_body<V, kMr, kNv, false, false>(args);
+    ukernel_body<V, kMr, kNv, false, BRows::kStrided>(args);
   }
 }
 

@@ -36,6 +36,9 @@ struct GemmUkernelArgs {
   int64_t taps = 0;
   const int64_t* tap_offset = nullptr;
   const uint64_t* tap_masks = nullptr;
+  // An indirect B (gemm_packed_row_offsets), when set and taps == 0: k step p reads B's row at
+  // b + b_row_offsets[p] (ldb unused).
+  const int64_t* b_row_offsets = nullptr;
 };
 
 using GemmUkernelFn = void (*)(const GemmUkernelArgs& args);

@@ -630,7 +630,8 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     } else if (op.sparse && kernels::gathers_strided_pointwise(runtime::conv_geometry(p))) {
       // The gathered input pixels of the rows (f32-conv/conv.h), no chunks.
       op.scratch_bytes_per_row = p.in_channels * op.width * 4;
-    } else if (op.sparse && !pointwise) {
+    } else if (!pointwise &&
+               (op.sparse || kernels::runs_on_phase_planes(runtime::conv_geometry(p)))) {
       // No im2col: a zero-padded copy of the chunk's input rows split by stride phase, and the
       // chunk's output rows (phase_w wide) before the epilogue copies them out (conv.cc).
       const int64_t phase_w =

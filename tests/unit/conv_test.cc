@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -246,7 +247,8 @@ TEST(ConvTest, PicksImplementationByGeometry) {
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 0, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);  // narrower
   EXPECT_EQ(impl({"", 64, 64, 9, 9, 3, 2, 0, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);  // 5 > 4
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 2}).rfind("im2col-gemm-3x3/", 0), 0u);  // grouped
-  EXPECT_EQ(impl({"", 3, 64, 8, 8, 3, 1, 1, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);   // 3 in
+  EXPECT_EQ(impl({"", 3, 64, 8, 8, 3, 1, 1, 1, 1}).rfind("phase-gemm-3x3/", 0), 0u);    // 3 in
+  EXPECT_EQ(impl({"", 8, 16, 8, 8, 3, 2, 1, 1, 2}).rfind("phase-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 64}).rfind("depthwise-3x3/", 0), 0u);
 }
 
@@ -345,26 +347,24 @@ struct RandomRows {
   }
 };
 
-// The implicit GEMM on each ISA tier, in place (stride 1, rows as wide in as out) and over
-// stride phases (strides up to 3 per axis, no phase row wider than an output row): random kernel
-// sizes and dilations per axis, paddings drawn apart on every side (the left one anywhere in
-// the taps' width), widths around the micro-kernels' strips (8 to 64 columns) and channel counts
-// past one block of L1; a random row range read from a tile buffer holding exactly its input rows
-// (a read past them is an ASan error on the portable tier) and written into a whole tensor whose
-// other rows must stay untouched.
-using DenseConvIsaTest = PerIsaTest;
-
-TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
-  const kernels::Isa isa = GetParam();
-  std::mt19937 rng(53);
+// Dense layers of one kind ("implicit-gemm" or "phase-gemm") on one ISA tier, over random
+// geometries: kernel sizes and dilations per axis, strides up to 3 per axis, paddings drawn apart
+// on every side (the left one anywhere in the taps' width), widths around the micro-kernels'
+// strips (8 to 64 columns); the channels and groups come from `set_channels`. A random row
+// range is read from a tile buffer holding exactly its input rows (a read past them is an ASan
+// error on the portable tier) and written into a whole tensor whose other rows must stay
+// untouched. The implicit GEMM takes stride phases only where no phase row is wider than an
+// output row, so `phase_rows_fit` draws until that holds.
+void expect_random_dense_convs_match(
+    kernels::Isa isa, const char* kind, bool phase_rows_fit, int trials, std::mt19937& rng,
+    const std::function<void(ConvGeometry&, int trial)>& set_channels) {
   auto draw = [&](int64_t lo, int64_t hi) { return draw_between(rng, lo, hi); };
-  for (int trial = 0; trial < 80; ++trial) {
+  for (int trial = 0; trial < trials; ++trial) {
     ConvGeometry g;
-    g.in_c = trial % 10 == 0 ? draw(90, 200) : draw(16, 40);
-    g.out_c = draw(1, 20);
+    set_channels(g, trial);
     const bool strided = trial % 2 == 1;
     int64_t pad_bottom = 0;
-    do {  // until the geometry is one the implicit GEMM takes
+    do {
       g.kernel_h = draw(1, 5);
       g.kernel_w = g.kernel_h == 1 && !strided ? draw(2, 5) : draw(1, 5);
       g.stride_h = strided ? draw(1, 3) : 1;
@@ -381,24 +381,51 @@ TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
       g.in_w = std::max<int64_t>(span_w - g.pad_left - pad_right, 1) + draw(0, 70);
       g.out_h = (g.in_h + g.pad_top + pad_bottom - span_h) / g.stride_h + 1;
       g.out_w = (g.in_w + g.pad_left + pad_right - span_w) / g.stride_w + 1;
-    } while (strided && (g.in_w + g.stride_w - 1) / g.stride_w > g.out_w);
-    SCOPED_TRACE(fmt::format(
-        "trial {}: c {}->{} {}x{} k{}x{} s{}x{} d{}x{} pads top {} left {} "
-        "bottom {} -> {}x{}",
-        trial, g.in_c, g.out_c, g.in_h, g.in_w, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w,
-        g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, pad_bottom, g.out_h, g.out_w));
+    } while (phase_rows_fit && strided && (g.in_w + g.stride_w - 1) / g.stride_w > g.out_w);
+    SCOPED_TRACE(
+        fmt::format("trial {}: c {}->{} groups {} {}x{} k{}x{} s{}x{} d{}x{} pads top {} left {} "
+                    "bottom {} -> {}x{}",
+                    trial, g.in_c, g.out_c, g.groups, g.in_h, g.in_w, g.kernel_h, g.kernel_w,
+                    g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top, g.pad_left,
+                    pad_bottom, g.out_h, g.out_w));
     bool with_residual = false;
     const Epilogue e = random_epilogue(rng, &with_residual);
     const Problem p(g, e, with_residual, rng);
     const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), kernels::kAlwaysDense, isa);
     ASSERT_EQ(conv.implementation(),
-              fmt::format("implicit-gemm-{}x{}/{}", g.kernel_h, g.kernel_w, to_string(isa)));
+              fmt::format("{}-{}x{}/{}", kind, g.kernel_h, g.kernel_w, to_string(isa)));
     RandomRows rows(p, rng);
     std::vector<float> scratch;
     kernels::conv2d_rows(conv, rows.src, rows.dst, rows.r0, rows.r1, e, rows.residual_or_null(p),
                          scratch);
-    rows.check(p, 2e-5f * std::sqrt(static_cast<float>(g.in_c * g.kernel_h * g.kernel_w)) + 1e-5f);
+    rows.check(
+        p,
+        2e-5f * std::sqrt(static_cast<float>(g.in_c / g.groups * g.kernel_h * g.kernel_w)) + 1e-5f);
   }
+}
+
+using DenseConvIsaTest = PerIsaTest;
+
+// Channel counts from 16 on, some past one block of L1.
+TEST_P(DenseConvIsaTest, ImplicitGemmMatchesReferenceOnRandomGeometries) {
+  std::mt19937 rng(53);
+  expect_random_dense_convs_match(
+      GetParam(), "implicit-gemm", true, 80, rng, [&](ConvGeometry& g, int trial) {
+        g.in_c = draw_between(rng, trial % 10 == 0 ? 90 : 16, trial % 10 == 0 ? 200 : 40);
+        g.out_c = draw_between(rng, 1, 20);
+      });
+}
+
+// Under 16 input channels (stems), 1 to 3 groups, output channels around the micro-kernels
+// panels.
+TEST_P(DenseConvIsaTest, PhaseGemmMatchesReferenceOnRandomGeometries) {
+  std::mt19937 rng(54);
+  expect_random_dense_convs_match(
+      GetParam(), "phase-gemm", false, 80, rng, [&](ConvGeometry& g, int) {
+        g.groups = draw_between(rng, 1, 3);
+        g.in_c = g.groups * draw_between(rng, 1, 15 / g.groups);
+        g.out_c = g.groups * draw_between(rng, 2, 40 / g.groups);  // never depthwise
+      });
 }
 
 SPARSECOL_EVERY_ISA(DenseConvIsaTest);

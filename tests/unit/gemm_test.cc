@@ -338,6 +338,47 @@ TEST_P(GemmPackedTest, StripsPackedByRowBlocksMatchReference) {
   }
 }
 
+// An indirect B (a convolution's taps read from its phase planes): every row of the problem's B
+// copied to its own offset of a pool, in shuffled order and at any alignment, the pool's other
+// floats poison. The reference's results over column tails and several blocks of K, the bits of
+// gemm_packed on the plain B, and a refusal when the offsets do not match A's depth.
+TEST_P(GemmPackedTest, IndirectRowsMatchReferenceAndThePlainB) {
+  const Isa isa = GetParam();
+  std::mt19937 rng(45);
+  std::uniform_int_distribution<int64_t> dim(1, 90), gap(0, 17);
+  for (int trial = 0; trial < 40; ++trial) {
+    const EpilogueVariant& variant = kVariants[trial % std::size(kVariants)];
+    const int64_t k = trial % 4 == 0 ? 300 + dim(rng) * 4 : dim(rng);
+    const Problem problem(dim(rng), dim(rng) * 2, k, variant, rng);
+    const GemmShape s = problem.shape();
+    std::vector<int64_t> order(static_cast<std::size_t>(s.k));
+    for (int64_t p = 0; p < s.k; ++p) order[p] = p;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<float> pool;
+    std::vector<int64_t> offsets(order.size());
+    for (const int64_t p : order) {
+      pool.resize(pool.size() + gap(rng), std::nanf(""));
+      offsets[p] = static_cast<int64_t>(pool.size());
+      const float* row = problem.b() + p * problem.ldb();
+      pool.insert(pool.end(), row, row + s.n);
+    }
+    pool.resize(pool.size() + gap(rng), std::nanf(""));
+    const PackedA packed(problem.a(), s.m, s.k, problem.lda(), isa);
+    std::vector<float> c = problem.fresh_c();
+    gemm_packed_row_offsets(packed, pool.data(), offsets, c.data() + problem.c_offset(),
+                            problem.ldc(), s.n, problem.epilogue());
+    EXPECT_EQ(problem.check(c), "") << to_string(isa) << " " << describe(s, variant);
+    std::vector<float> plain = problem.fresh_c();
+    gemm_packed(packed, problem.b(), problem.ldb(), plain.data() + problem.c_offset(),
+                problem.ldc(), s.n, problem.epilogue());
+    EXPECT_EQ(c, plain) << to_string(isa) << " " << describe(s, variant);
+    offsets.pop_back();
+    EXPECT_THROW(gemm_packed_row_offsets(packed, pool.data(), offsets, c.data(), problem.ldc(), s.n,
+                                         problem.epilogue()),
+                 Error);
+  }
+}
+
 TEST_P(GemmPackedTest, PackedBRefusesRegionsItDoesNotHold) {
   const Isa isa = GetParam();
   const std::vector<float> b(8 * 40, 1.0f), a(4 * 8, 1.0f);
