@@ -63,9 +63,11 @@ enum class BRows { kStrided, kTaps, kIndirect };
 // vectors is valid (plain loads); otherwise mask[v] says which are. `offsets` (kIndirect only):
 // step p's row is at b + offsets[p].
 template <typename V, int kMr, int kNv, int kRows, int kActive, bool kFullN, bool kIndirect = false>
-inline void multiply_accumulate(typename V::Vec (&acc)[kMr][kNv], const float* a, const float* b,
-                                int64_t k, int64_t ldb, const typename V::Mask (&mask)[kNv],
-                                const int64_t* offsets = nullptr) {
+[[gnu::always_inline]] inline void multiply_accumulate(typename V::Vec (&acc)[kMr][kNv],
+                                                       const float* a, const float* b, int64_t k,
+                                                       int64_t ldb,
+                                                       const typename V::Mask (&mask)[kNv],
+                                                       const int64_t* offsets = nullptr) {
   // Unrolled 4 deep: the loop's own increments and branch share Zen 3's 6-wide dispatch with the
   // 12 FMAs and 8 loads of a 6x16 step. Measured 1.00-1.27x over the plain loop on the
   // bench/gemm_bench.cc shapes (medians of 3 interleaved runs, thread CPU time).
@@ -89,8 +91,8 @@ inline void multiply_accumulate(typename V::Vec (&acc)[kMr][kNv], const float* a
 // The same over a convolution's taps (GemmUkernelArgs::taps): every B load masked by its tap's
 // columns, so that the taps of a tile's edge pixels that fall outside the image read nothing.
 template <typename V, int kMr, int kNv, int kRows, int kActive>
-inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv],
-                                     const GemmUkernelArgs& args) {
+[[gnu::always_inline]] inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv],
+                                                            const GemmUkernelArgs& args) {
   const int64_t depth = args.k / args.taps;
   const float* a = args.a;
   constexpr uint64_t kLaneBits = (uint64_t{1} << V::kLanes) - 1;
@@ -114,8 +116,10 @@ inline void multiply_accumulate_taps(typename V::Vec (&acc)[kMr][kNv],
 // registers.
 template <typename V, int kMr, int kNv, bool kFullN, BRows kRowsOf, int kRows = kMr,
           int kActive = kNv>
-inline void multiply_accumulate_part(typename V::Vec (&acc)[kMr][kNv], const GemmUkernelArgs& args,
-                                     int rows, int active, const typename V::Mask (&mask)[kNv]) {
+[[gnu::always_inline]] inline void multiply_accumulate_part(typename V::Vec (&acc)[kMr][kNv],
+                                                            const GemmUkernelArgs& args, int rows,
+                                                            int active,
+                                                            const typename V::Mask (&mask)[kNv]) {
   if constexpr (kRows > 1) {
     if (rows < kRows) {
       return multiply_accumulate_part<V, kMr, kNv, kFullN, kRowsOf, kRows - 1, kActive>(
@@ -162,9 +166,12 @@ inline void activate_tile(Activation act, typename V::Vec (&acc)[kMr][kNv], floa
 // of bench/conv_bench.cc 1.06-1.80x (MobileNetV2's K = 64 and K = 16 pointwise layers 1.80x
 // and 1.69x, ResNet-50's 3x3 layers 1.06-1.17x); the gemm_bench shapes 0.90-1.41x, median 1.09x.
 //
-// Always inlined: its caller's accumulators must stay in registers, and GCC stops inlining it on
-// its own once two variants of the body call it (the taps and the column tail), passing them by
-// address instead: every FMA of the k loop then went through the stack (2x slower).
+// Always inlined, as are multiply_accumulate, multiply_accumulate_taps and
+// multiply_accumulate_part: the accumulators must stay in registers, and GCC stops inlining them
+// on its own once several variants of the body call them (the taps, the column tail, the
+// indirect B), passing the accumulators by address instead: every FMA of the k loop then went
+// through the stack (2x slower; the implicit GEMM on ResNet-50's 3x3 64 @ 56x56 3x slower:
+// 2.7 ms against 0.92).
 template <typename V, int kMr, int kNv, bool kFullN>
 [[gnu::always_inline]] inline void finish_tile(typename V::Vec (&acc)[kMr][kNv],
                                                const GemmUkernelArgs& args,
