@@ -811,14 +811,6 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
                               ops.size() < static_cast<std::size_t>(options.max_column_ops);
          ++end) {
       ops.push_back(*tile_ops[end]);
-      // No column ends on an op that layer by layer stacks whole images of (stacks_whole_images):
-      // its output goes to memory anyway, and run after the column it multiplies every image at
-      // once instead of one small image per tile. MobileNetV2 at batch 16: features.14's
-      // project 1x1 (7x7 planes) took 441 us whole against 795 in one-image tiles (per-layer
-      // profile); ResNet-50 dense at batch 16 (layer4.0's 3x3 stride 2) likewise. Depth-wise /
-      // layer by layer, 2 threads, fast mode, 4 and 3 alternated pairs: MobileNetV2
-      // 1.244-1.258x -> 1.258-1.272x, ResNet-50 1.045-1.049x -> 1.054-1.079x.
-      if (ops.size() > 1 && stacks_whole_images({ops.back()}, options)) continue;
       for (auto [tier, tc] : {std::pair{Tier::kL2, &l2}, std::pair{Tier::kL3, &l3}}) {
         if (tc->done) continue;
         bool valid = false;

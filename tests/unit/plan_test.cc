@@ -745,38 +745,6 @@ TEST(Partition, SmallDensePlanesRunWholeAtSeveralImages) {
   EXPECT_EQ(mixed.columns[0].ops.back().node, static_cast<int>(gd.nodes.size()) - 1);
 }
 
-// A column does not end on a dense op whose small images layer by layer stacks (at a batch of
-// several): a 16x16 conv, then a stride-2 one to 8x8 planes runs as no column (the second alone
-// runs whole, stacked), while a depthwise conv after them lets the column hold all three.
-TEST(Partition, NoColumnEndsOnAnOpThatStacksWholeImages) {
-  auto plan_of = [](bool depthwise_after) {
-    GraphBuilder b;
-    const int x = b.input("x", {-1, 16, 16, 16});
-    const int a =
-        b.node("Conv", {x, b.constant("w1", random_tensor({16, 16, 3, 3}, 1))}, {{"pads", kPad1}});
-    int y = b.node("Conv", {a, b.constant("w2", random_tensor({32, 16, 3, 3}, 2))},
-                   {{"pads", kPad1}, {"strides", std::vector<int64_t>{2, 2}}});
-    if (depthwise_after) {
-      y = b.node("Conv", {y, b.constant("w3", random_tensor({32, 1, 3, 3}, 3))},
-                 {{"pads", kPad1}, {"group", int64_t{32}}});
-    }
-    const graph::Graph g = prepared(b.finish({y}), {4, 16, 16, 16});
-    plan::PlanOptions options;
-    options.threads = 2;
-    options.cache_budget_bytes = 64 << 20;
-    options.sparse_threshold = kernels::kAlwaysDense;
-    const plan::TilePlan plan = plan::plan_columns(g, options);
-    expect_valid_plan(g, plan);
-    return std::pair{g, plan};
-  };
-  const auto [g, ends_stacked] = plan_of(false);
-  EXPECT_TRUE(ends_stacked.columns.empty()) << plan::describe_plan(g, ends_stacked);
-  EXPECT_EQ(ends_stacked.why_whole[1], "at batch 4, layer by layer stacks its whole 8x8 images");
-  const auto [gd, depthwise] = plan_of(true);
-  ASSERT_EQ(depthwise.columns.size(), 1u) << plan::describe_plan(gd, depthwise);
-  EXPECT_EQ(depthwise.columns[0].ops.size(), 3u) << plan::describe_plan(gd, depthwise);
-}
-
 // An intermediate read inside the column and again after it is written to memory by the tiles
 // that own its rows.
 TEST(Partition, IntermediateReadAfterTheColumnIsAnOutput) {
