@@ -446,11 +446,11 @@ void pack_implicit_gemm(const ConvGeometry& g, const float* weight, Isa isa,
 // GEMM reads B row (c, ky, kx) there at its offset (gemm_packed_row_offsets) and computes
 // phase_w-wide rows. A chunk's planes and its output rows together stay near
 // kIm2colBudgetFloats. Against im2col into packed strips (bench/conv_bench.cc, one thread, Zen
-// 5, alternated runs): ResNet-50's 7x7 stride-2 stem 1.04-1.07x, MobileNetV2's 3x3 stride-2 stem
-// 1.05x, small_cnn's 3x3 3 -> 16 1.38x. The stems' B loads straddle cache lines (a tap's offset
-// is any column), and the 12 planes of a ResNet-50 chunk (55 KiB) outgrow L1: the GEMM runs at
-// ~0.85 of the FMA peak there against 0.95 on packed strips, which gives back most of what the
-// skipped im2col saved (~190 us of the stem's 1180).
+// 5, 3 alternated runs of both binaries): ResNet-50's 7x7 stride-2 stem 1.11-1.14x (1247 ->
+// 1105 us), MobileNetV2's 3x3 stride-2 stem 1.08-1.13x, small_cnn's 3x3 3 -> 16 1.46-1.56x.
+// The stems' B loads straddle cache lines (a tap's offset is any column), and the 12 planes of
+// a ResNet-50 chunk (55 KiB) outgrow L1: the stem runs at 0.82 of the FMA peak, against 0.95
+// for the GEMM alone on packed strips.
 void pack_phase_gemm(const ConvGeometry& g, PackedConv::Impl& impl) {
   impl.kind = PackedConv::Impl::Kind::kPhaseGemm;
   impl.phase_w = g.out_w + phase_reach_columns(g);
