@@ -39,6 +39,7 @@ the final output.
 
 import argparse
 import collections
+import inspect
 import os
 import sys
 import tempfile
@@ -382,10 +383,14 @@ def export(name, files, batch):
     # In EVAL mode torch's exporter folds BatchNorm into the preceding Conv; PRESERVE (with the
     # model in eval mode) skips that peephole and keeps inference-mode BatchNormalization nodes.
     training = torch.onnx.TrainingMode.PRESERVE if spec.keep_bn else torch.onnx.TrainingMode.EVAL
+    # PyTorch 2.9 and later export through torch.export unless told otherwise (dynamo=False); these
+    # models come from the TorchScript exporter, Debian's PyTorch 1.13's only one (a GPU machine's
+    # PyTorch 2.11 exported them so for docs/GPU.md).
+    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     write_atomically(files["onnx"], lambda path: torch.onnx.export(
         model, x, path, opset_version=OPSET, input_names=["input"], output_names=["output"],
         dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
-        training=training, do_constant_folding=not spec.keep_bn))
+        training=training, do_constant_folding=not spec.keep_bn, **legacy))
     onnx.checker.check_model(files["onnx"])
 
     values = module_output_values(files["onnx"], activations, called)
