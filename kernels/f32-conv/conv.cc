@@ -979,29 +979,62 @@ void conv2d_images(const PackedConv& conv, const float* src, float* dst, int64_t
     }
     return;
   }
-  // The stacks live beside the kernel's own scratch, their planes on cache lines (the sparse 1x1
-  // kernel reads aligned planes in place). Output channels run in chunks of kStackChunkFloats
-  // of stacked output (and as much of stacked residual), copied out after each.
-  thread_local std::vector<float> stacks;
-  const int64_t in_stride = round_up_to_line(images * in_plane);
+  // The stack lives beside the kernel's own scratch, its planes on cache lines (the sparse 1x1
+  // kernel reads aligned planes in place).
+  thread_local std::vector<float> stack;
+  float* in = aligned_scratch(stack, g.in_c * stacked_plane_floats(g, images));
+  stack_channels(g, src, images, 0, g.in_c, in);
+  conv2d_stacked(conv, in, dst, images, oc_begin, oc_end, epilogue, residual, scratch);
+}
+
+namespace {
+
+// Planes [c0, c1) of `images` images (image_floats apart, planes `plane` floats) one after another
+// per plane, the planes of the result `stride` floats apart from plane c0 on.
+void stack_planes(const float* from, int64_t image_floats, int64_t plane, int64_t images,
+                  int64_t c0, int64_t c1, float* to, int64_t stride) {
+  for (int64_t c = c0; c < c1; ++c) {
+    for (int64_t i = 0; i < images; ++i) {
+      std::memcpy(to + (c - c0) * stride + i * plane, from + i * image_floats + c * plane,
+                  static_cast<std::size_t>(plane) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+int64_t stacked_plane_floats(const ConvGeometry& g, int64_t images) {
+  return round_up_to_line(images * g.in_h * g.in_w);
+}
+
+void stack_channels(const ConvGeometry& g, const float* src, int64_t images, int64_t c_begin,
+                    int64_t c_end, float* stack) {
+  const int64_t stride = stacked_plane_floats(g, images);
+  stack_planes(src, g.in_c * g.in_h * g.in_w, g.in_h * g.in_w, images, c_begin, c_end,
+               stack + c_begin * stride, stride);
+}
+
+void conv2d_stacked(const PackedConv& conv, const float* stack, float* dst, int64_t images,
+                    int64_t oc_begin, int64_t oc_end, const Epilogue& epilogue,
+                    const float* residual, std::vector<float>& scratch) {
+  const ConvGeometry& g = conv.geometry();
+  check_channel_range("conv2d_stacked", conv, oc_begin, oc_end);
+  if (!conv.stacks_images()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("conv2d_stacked: {} does not stack images", conv.implementation()));
+  }
+  if (images <= 0 || oc_begin >= oc_end) return;
+  const int64_t out_plane = g.out_h * g.out_w, out_image = g.out_c * out_plane;
+  const int64_t in_stride = stacked_plane_floats(g, images);
+  // Output channels run in chunks of kStackChunkFloats of stacked output (and as much of stacked
+  // residual), copied out after each.
   const int64_t out_stride = round_up_to_line(images * out_plane);
   const int64_t granule = conv.channel_granule();
   const int64_t chunk = std::max(granule, kStackChunkFloats / out_stride / granule * granule);
   const int64_t chunk_floats = std::min(chunk, oc_end - oc_begin) * out_stride;
-  float* in = aligned_scratch(stacks, g.in_c * in_stride + 2 * chunk_floats);
-  float* out = in + g.in_c * in_stride;
+  thread_local std::vector<float> chunks;
+  float* out = aligned_scratch(chunks, 2 * chunk_floats);
   float* res = out + chunk_floats;
-  // Plane c of a stack from channel c of each image.
-  auto stack = [&](const float* from, int64_t image, int64_t plane, int64_t c0, int64_t c1,
-                   float* to, int64_t stride) {
-    for (int64_t c = c0; c < c1; ++c) {
-      for (int64_t i = 0; i < images; ++i) {
-        std::memcpy(to + (c - c0) * stride + i * plane, from + i * image + c * plane,
-                    static_cast<std::size_t>(plane) * sizeof(float));
-      }
-    }
-  };
-  stack(src, in_image, in_plane, 0, g.in_c, in, in_stride);
   ConvGeometry tall = g;
   tall.in_h = images * g.in_h;
   tall.out_h = images * g.out_h;
@@ -1011,14 +1044,16 @@ void conv2d_images(const PackedConv& conv, const float* src, float* dst, int64_t
     // Views whose channel c0 is the chunk's first plane.
     const PlaneView stacked_dst{out - c0 * out_stride, 0, out_stride};
     const PlaneView stacked_res{res - c0 * out_stride, 0, out_stride};
-    if (residual != nullptr) stack(residual, out_image, out_plane, c0, c1, res, out_stride);
+    if (residual != nullptr) {
+      stack_planes(residual, out_image, out_plane, images, c0, c1, res, out_stride);
+    }
     const PlaneView* r = residual != nullptr ? &stacked_res : nullptr;
+    const PlaneView in{const_cast<float*>(stack), 0, in_stride};
     if (impl.is_sparse()) {
-      sparse_conv_rows(tall, impl, {in, 0, in_stride}, stacked_dst, 0, tall.out_h, c0, c1, epilogue,
-                       r, scratch);
+      sparse_conv_rows(tall, impl, in, stacked_dst, 0, tall.out_h, c0, c1, epilogue, r, scratch);
     } else {
-      dense_conv_rows(tall, impl, {in, 0, in_stride}, stacked_dst, 0, tall.out_h, c0, c1, epilogue,
-                      r, scratch, g.out_h);
+      dense_conv_rows(tall, impl, in, stacked_dst, 0, tall.out_h, c0, c1, epilogue, r, scratch,
+                      g.out_h);
     }
     for (int64_t oc = c0; oc < c1; ++oc) {
       for (int64_t i = 0; i < images; ++i) {

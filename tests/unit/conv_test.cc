@@ -24,6 +24,7 @@
 #include "f32-gemm/gemm.h"
 #include "f32-spmm/spmm.h"
 #include "per_isa_test.h"
+#include "scratch.h"
 #include "sparsecol/sparsecol.h"
 
 namespace sparsecol::testing {
@@ -502,6 +503,18 @@ TEST_P(StackedConvIsaTest, StackedImagesMatchImageByImageBitForBit) {
     std::vector<float> scratch;
     kernels::conv2d_images(conv, src.data(), stacked.data(), images, oc_begin, oc_end, e,
                            with_residual ? residual.data() : nullptr, scratch);
+    // The same from a stack that two callers filled in two channel ranges (the layer-by-layer
+    // step's threads): conv2d_images' bits.
+    std::vector<float> stack_buffer;
+    float* stack =
+        kernels::aligned_scratch(stack_buffer, g.in_c * kernels::stacked_plane_floats(g, images));
+    const int64_t split_channel = draw(0, g.in_c);
+    kernels::stack_channels(g, src.data(), images, split_channel, g.in_c, stack);
+    kernels::stack_channels(g, src.data(), images, 0, split_channel, stack);
+    std::vector<float> shared(images * out_image, kSentinel);
+    kernels::conv2d_stacked(conv, stack, shared.data(), images, oc_begin, oc_end, e,
+                            with_residual ? residual.data() : nullptr, scratch);
+    ASSERT_EQ(shared, stacked) << "from a shared stack split at channel " << split_channel;
     const int64_t out_plane = g.out_h * g.out_w;
     for (int64_t i = 0; i < images; ++i) {
       const PlaneView res{const_cast<float*>(residual.data()) + i * out_image, 0, out_plane};
@@ -564,6 +577,14 @@ TEST(StackedConvTest, OnlySmallPlanesOfStackableLowerings) {
   EXPECT_FALSE(stacks(valid));  // 6 rows out of 8: the images' rows would not line up
   EXPECT_FALSE(stacks(geometry(8, 3, 1, 32)));  // depthwise
   EXPECT_FALSE(stacks(geometry(8, 3, 1, 2)));   // grouped
+  // conv2d_stacked takes only a convolution that stacks.
+  const ConvGeometry big = geometry(9, 3, 1, 1);
+  const std::vector<float> weight(static_cast<std::size_t>(32 * 32 * 9), 0.5f), src(32 * 81 * 2);
+  const kernels::PackedConv image_by_image(big, weight.data(), nullptr, kernels::kAlwaysDense);
+  std::vector<float> dst(32 * 81 * 2), scratch;
+  EXPECT_THROW(kernels::conv2d_stacked(image_by_image, src.data(), dst.data(), 2, 0, 32, {},
+                                       nullptr, scratch),
+               Error);
 }
 
 SPARSECOL_EVERY_ISA(StackedConvIsaTest);

@@ -177,13 +177,37 @@ class ConvStep final : public FastStep {
     if (split.images > 1) {  // whole images stacked: tasks of `images` images x `channels`
       const int64_t groups = ceil_div(batch_, split.images);
       const int64_t blocks = ceil_div(g.out_c, channels);
+      auto images_of = [&](int64_t group) {
+        return std::min(split.images, batch_ - group * split.images);
+      };
+      // Several channel blocks of a stack share it, built once by all threads: each block
+      // stacking the whole input itself made ResNet-50 90%'s 7x7 1x1 layers at batch 16 run no
+      // faster on 16 threads than on one (16 copies of a 6.4 MB stack; 4.8 against 5.2 ms).
+      const int64_t group_floats = g.in_c * kernels::stacked_plane_floats(g, split.images);
+      float* stacks =
+          blocks > 1 ? kernels::aligned_scratch(stacks_, groups * group_floats) : nullptr;
+      if (blocks > 1) {
+        constexpr int64_t kStackTaskChannels = 64;
+        const int64_t parts = ceil_div(g.in_c, kStackTaskChannels);
+        parallel_for(ctx.threads, groups * parts, [&](int64_t task, int) {
+          const int64_t group = task / parts, c0 = task % parts * kStackTaskChannels;
+          kernels::stack_channels(g, x + group * split.images * in_image, images_of(group), c0,
+                                  std::min(g.in_c, c0 + kStackTaskChannels),
+                                  stacks + group * group_floats);
+        });
+      }
       parallel_for(ctx.threads, groups * blocks, [&](int64_t task, int thread) {
-        const int64_t n0 = task / blocks * split.images, c0 = task % blocks * channels;
-        kernels::conv2d_images(conv_, x + n0 * in_image, y + n0 * out_image,
-                               std::min(split.images, batch_ - n0), c0,
-                               std::min(g.out_c, c0 + channels), epilogue_.kernel,
-                               residual != nullptr ? residual + n0 * out_image : nullptr,
-                               ctx.scratch[static_cast<std::size_t>(thread)]);
+        const int64_t group = task / blocks, c0 = task % blocks * channels;
+        const int64_t n0 = group * split.images, c1 = std::min(g.out_c, c0 + channels);
+        const float* res = residual != nullptr ? residual + n0 * out_image : nullptr;
+        std::vector<float>& scratch = ctx.scratch[static_cast<std::size_t>(thread)];
+        if (blocks > 1) {
+          kernels::conv2d_stacked(conv_, stacks + group * group_floats, y + n0 * out_image,
+                                  images_of(group), c0, c1, epilogue_.kernel, res, scratch);
+        } else {
+          kernels::conv2d_images(conv_, x + n0 * in_image, y + n0 * out_image, images_of(group), c0,
+                                 c1, epilogue_.kernel, res, scratch);
+        }
       });
       finish(ctx, epilogue_.fits);
       return;
@@ -286,6 +310,7 @@ class ConvStep final : public FastStep {
   kernels::PackedConv conv_;
   int64_t batch_;
   EpiloguePlan epilogue_;
+  std::vector<float> stacks_;  // the stacks the channel blocks share (run: images stacked)
 };
 
 std::unique_ptr<Step> make_conv(const graph::Graph& graph, const graph::Node& node,
