@@ -244,6 +244,29 @@ int64_t chunk_rows(const ConvGeometry& g, int64_t floats_per_row, int64_t fixed,
   return std::clamp<int64_t>(std::max(fit, least), 1, g.out_h);
 }
 
+// The chunking of a layer on phase planes (see pack_sparse): impl.phase_w, impl.chunk_rows (a
+// chunk's planes plus `out_rows` phase_w-wide output rows per output row within `budget`
+// floats) and impl.b_plane; returns B row (c, ky, kx) of input channels [0, channels), in that
+// order, as an offset into a chunk's planes.
+std::vector<int64_t> plan_phase_planes(const ConvGeometry& g, int64_t out_rows, int64_t budget,
+                                       int64_t channels, PackedConv::Impl& impl) {
+  impl.phase_w = g.out_w + phase_reach_columns(g);
+  const int64_t halo = phase_halo_rows(g);
+  const int64_t planes = g.in_c * g.stride_h * g.stride_w;
+  impl.chunk_rows =
+      chunk_rows(g, (planes + out_rows) * impl.phase_w, planes * halo * impl.phase_w, budget);
+  impl.b_plane = round_up_to_line((impl.chunk_rows + halo) * impl.phase_w);
+  std::vector<int64_t> offsets;
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+      for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+        offsets.push_back(phase_tap_offset(g, c, ky, kx, impl.phase_w, impl.b_plane));
+      }
+    }
+  }
+  return offsets;
+}
+
 // Packs the weight [OC x IC/g*KH*KW] for the sparse lowering the geometry takes.
 void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& impl) {
   using Kind = PackedConv::Impl::Kind;
@@ -272,19 +295,7 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     // stride 1 there is one phase and this is a plain padded copy. The kernel computes
     // phase_w-wide rows, of which the last phase_w - out_w columns are discarded.
     impl.kind = Kind::kSpmmPhases;
-    impl.phase_w = g.out_w + phase_reach_columns(g);
-    const int64_t halo = phase_halo_rows(g);
-    const int64_t planes = g.in_c * g.stride_h * g.stride_w;
-    impl.chunk_rows =
-        chunk_rows(g, planes * impl.phase_w, planes * halo * impl.phase_w, kPaddedBudget);
-    impl.b_plane = round_up_to_line((impl.chunk_rows + halo) * impl.phase_w);
-    for (int64_t c = 0; c < g.in_c; ++c) {
-      for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
-        for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
-          b_row(c, ky, kx) = phase_tap_offset(g, c, ky, kx, impl.phase_w, impl.b_plane);
-        }
-      }
-    }
+    offsets = plan_phase_planes(g, 0, kPaddedBudget, g.in_c, impl);
   }
   // K-blocks: a pixel tile of the kernel reads, per input channel, its tile of every phase plane
   // plus the taps' reach (halo rows and columns). A 3x3 layer's channels overflow L1 at 64
@@ -453,19 +464,8 @@ void pack_implicit_gemm(const ConvGeometry& g, const float* weight, Isa isa,
 // for the GEMM alone on packed strips.
 void pack_phase_gemm(const ConvGeometry& g, PackedConv::Impl& impl) {
   impl.kind = PackedConv::Impl::Kind::kPhaseGemm;
-  impl.phase_w = g.out_w + phase_reach_columns(g);
-  const int64_t halo = phase_halo_rows(g);
-  const int64_t planes = g.in_c * g.stride_h * g.stride_w;
-  impl.chunk_rows = chunk_rows(g, (planes + g.out_c / g.groups) * impl.phase_w,
-                               planes * halo * impl.phase_w, kIm2colBudgetFloats);
-  impl.b_plane = round_up_to_line((impl.chunk_rows + halo) * impl.phase_w);
-  for (int64_t c = 0; c < g.in_c / g.groups; ++c) {
-    for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
-      for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
-        impl.row_offsets.push_back(phase_tap_offset(g, c, ky, kx, impl.phase_w, impl.b_plane));
-      }
-    }
-  }
+  impl.row_offsets =
+      plan_phase_planes(g, g.out_c / g.groups, kIm2colBudgetFloats, g.in_c / g.groups, impl);
 }
 
 }  // namespace
