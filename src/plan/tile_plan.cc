@@ -821,8 +821,8 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
     // keeps their outputs off memory, which the L2 tier (one block per column) cannot. Measured
     // (sparsecol bench, 2 threads, depth-wise / layer-by-layer medians, same binary with the L3
     // tier off and on): ResNet-50 b16 1.06x -> 1.35x, b1 1.20x -> 1.67x; ResNet-50 90% pruned
-    // b16 1.21-1.29x -> 1.25-1.40x (noisy shared machine). Filling 3/4 rather than 1/2 of the
-    // L3 share (shared_cache_fraction) did not pay: 1.24-1.26x on the pruned model.
+    // b16 1.21-1.29x -> 1.25-1.40x (noisy shared machine). How much of the L3 share a column
+    // may fill: PlanOptions::shared_cache_fraction.
     std::optional<Column> best = l2.best ? l2.pick() : std::nullopt;
     if (l3.best) {
       std::optional<Column> deep = l3.pick();

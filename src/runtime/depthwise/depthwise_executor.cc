@@ -90,7 +90,7 @@ class DepthwiseExecutor final : public Executor {
     plan_ = plan::plan_columns(graph_, plan_options(threads_, options_));
     tensors_.resize(graph_.values.size());
     workers_.resize(static_cast<std::size_t>(threads_));
-    layer_scratch_.resize(static_cast<std::size_t>(threads_));
+    scratch_.resize(static_cast<std::size_t>(threads_));
     const Topology& machine = machine_topology();
     // Workers beyond the cores would share them anyway: pin only a team that fits.
     pin_ = threads_ <= machine.physical_cores;
@@ -108,7 +108,7 @@ class DepthwiseExecutor final : public Executor {
     for (int v : graph_.inputs) tensors_[index(v)] = inputs.at(value(v).name);
     for (int v : owned_outputs_) tensors_[index(v)] = Tensor::zeros(value(v).dtype, dims(v));
     if (profiler_ != nullptr) profiler_->begin_run(threads_);
-    layerwise::RunContext ctx{tensors_, threads_, layer_scratch_};
+    layerwise::RunContext ctx{tensors_, threads_, scratch_};
     for (Unit& unit : units_) {
       if (unit.column >= 0) {
         run_column(columns_[static_cast<std::size_t>(unit.column)]);
@@ -174,8 +174,7 @@ class DepthwiseExecutor final : public Executor {
   // A worker's own memory, grown by the worker itself so that first touch places it on the
   // worker's NUMA node (Linux allocates a page on the node of the thread that first writes it).
   struct Worker {
-    std::vector<float> arena;    // tile buffers
-    std::vector<float> scratch;  // kernel scratch
+    std::vector<float> arena;  // tile buffers
   };
 
   static std::size_t index(int id) { return static_cast<std::size_t>(id); }
@@ -368,7 +367,7 @@ class DepthwiseExecutor final : public Executor {
       // The arena's 64-byte aligned start: buffer offsets are multiples of 64.
       float* arena = reinterpret_cast<float*>(
           (reinterpret_cast<std::uintptr_t>(worker.arena.data()) + 63) & ~std::uintptr_t{63});
-      run_tiles(run, thread, arena, worker.scratch);
+      run_tiles(run, thread, arena, scratch_[static_cast<std::size_t>(thread)]);
     }
   }
 
@@ -459,8 +458,10 @@ class DepthwiseExecutor final : public Executor {
   std::vector<ColumnRun> columns_;  // per plan column
   std::vector<Unit> units_;         // in graph order
   plan::Arena arena_;
-  std::vector<Worker> workers_;                    // per thread
-  std::vector<std::vector<float>> layer_scratch_;  // per thread, for the whole-node steps
+  std::vector<Worker> workers_;  // per thread
+  // Per thread kernel scratch, one for the columns' tile kernels and the whole-node steps alike
+  // (they never run at once).
+  std::vector<std::vector<float>> scratch_;
 };
 
 }  // namespace
