@@ -1,5 +1,7 @@
-// conv2d_rows on real ResNet-50 and MobileNetV2 layer shapes (224x224 input, batch 1, whole
-// image in one call, one thread), on the active ISA (SPARSECOL_MAX_ISA caps it). Counters:
+// conv2d_rows on real ResNet-50 and MobileNetV2 layer shapes (224x224 input, whole image in one
+// call, one thread), on the active ISA (SPARSECOL_MAX_ISA caps it): batch 1 (the layer's data in
+// the core's caches) and "/16_images" (16 images in turn, as a layer-by-layer step at batch 16
+// runs them: the inputs and outputs of most layers then come from the L3 or memory). Counters:
 // GFLOPs (2 per multiply-add) and peak_fraction against the measured peak of the active ISA
 // (peak_bench.cc); the label names the implementation the packing chose.
 #include <benchmark/benchmark.h>
@@ -57,7 +59,7 @@ const Layer kLayers[] = {
     {"small_cnn/conv2_3x3_16", 16, 16, 32, 3, 1, 1},
 };
 
-void conv_layer(benchmark::State& state, const Layer& layer) {
+void conv_layer(benchmark::State& state, const Layer& layer, int64_t images) {
   ConvGeometry g;
   g.in_c = layer.in_c;
   g.out_c = layer.out_c;
@@ -71,22 +73,25 @@ void conv_layer(benchmark::State& state, const Layer& layer) {
   std::mt19937 rng(1);
   auto random = [&](int64_t n) { return sparsecol::bench::random_floats(n, rng); };
   const int64_t depth = g.in_c / g.groups * g.kernel_h * g.kernel_w;
-  sparsecol::bench::Floats src = random(g.in_c * g.in_h * g.in_w);
+  const int64_t in_image = g.in_c * g.in_h * g.in_w, out_image = g.out_c * g.out_h * g.out_w;
+  sparsecol::bench::Floats src = random(images * in_image);
   const sparsecol::bench::Floats weight = random(g.out_c * depth);
   const sparsecol::bench::Floats bias = random(g.out_c);
-  sparsecol::bench::Floats dst(g.out_c * g.out_h * g.out_w);
+  sparsecol::bench::Floats dst(images * out_image);
   const sparsecol::kernels::PackedConv conv(g, weight.data(), bias.data());
   sparsecol::kernels::Epilogue epilogue;
   epilogue.post_residual = sparsecol::kernels::Activation::kRelu;
   std::vector<float> scratch;
   for (auto _ : state) {
-    sparsecol::kernels::conv2d_rows(conv, {src.data(), 0, g.in_h * g.in_w},
-                                    {dst.data(), 0, g.out_h * g.out_w}, 0, g.out_h, epilogue,
-                                    nullptr, scratch);
+    for (int64_t n = 0; n < images; ++n) {
+      sparsecol::kernels::conv2d_rows(conv, {src.data() + n * in_image, 0, g.in_h * g.in_w},
+                                      {dst.data() + n * out_image, 0, g.out_h * g.out_w}, 0,
+                                      g.out_h, epilogue, nullptr, scratch);
+    }
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
-  const double flops = 2.0 * static_cast<double>(g.out_c * g.out_h * g.out_w * depth);
+  const double flops = 2.0 * static_cast<double>(images * out_image * depth);
   state.counters["GFLOPs"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   const double peak =
@@ -97,10 +102,13 @@ void conv_layer(benchmark::State& state, const Layer& layer) {
 }
 
 const bool kRegistered = [] {
-  for (const Layer& layer : kLayers) {
-    benchmark::RegisterBenchmark((std::string("conv2d_rows/") + layer.name).c_str(), conv_layer,
-                                 layer)
-        ->Unit(benchmark::kMicrosecond);
+  for (const auto& [images, suffix] : {std::pair<int64_t, const char*>{1, ""},
+                                       std::pair<int64_t, const char*>{16, "/16_images"}}) {
+    for (const Layer& layer : kLayers) {
+      benchmark::RegisterBenchmark((std::string("conv2d_rows/") + layer.name + suffix).c_str(),
+                                   conv_layer, layer, images)
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   return true;
 }();

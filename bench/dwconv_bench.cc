@@ -1,7 +1,9 @@
-// dwconv2d_rows on every depthwise layer shape of MobileNetV2 (224x224 input, batch 1, whole
-// image in one call, one thread, Clip(0, 6) fused as the network does), once per kernel
-// (DwconvMethod): "planes" (per-plane vectors) and "lanes" (channels in the lanes) side by side,
-// so that one noisy run compares them. Counters: GFLOPs (2 per multiply-add).
+// dwconv2d_rows on every depthwise layer shape of MobileNetV2 (224x224 input, whole image in one
+// call, one thread, Clip(0, 6) fused as the network does), once per kernel (DwconvMethod):
+// "planes" (per-plane vectors) and "lanes" (channels in the lanes) side by side, so that one
+// noisy run compares them; at batch 1 (the layer's data in the core's caches) and "/16_images"
+// (16 images in turn, as a layer-by-layer step at batch 16 runs them: the data then comes from
+// the L3 or memory). Counters: GFLOPs (2 per multiply-add).
 // Also pool2d_rows on ResNet-50's stem max pooling (3x3 stride 2 over 64x112x112), which takes
 // the same channel-lane kernel on AVX2 and AVX-512; counter: outputs per second.
 #include <benchmark/benchmark.h>
@@ -31,7 +33,8 @@ const Layer kLayers[] = {
     {"960_7", 960, 7, 1},
 };
 
-void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod method) {
+void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod method,
+                  int64_t images) {
   sparsecol::kernels::ConvGeometry g;
   g.in_c = g.out_c = g.groups = layer.channels;
   g.in_h = g.in_w = layer.in_hw;
@@ -42,24 +45,29 @@ void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod meth
 
   std::mt19937 rng(1);
   auto random = [&](int64_t n) { return sparsecol::bench::random_floats(n, rng); };
-  const sparsecol::bench::Floats src = random(g.in_c * g.in_h * g.in_w);
+  const int64_t in_image = g.in_c * g.in_h * g.in_w, out_image = g.out_c * g.out_h * g.out_w;
+  const sparsecol::bench::Floats src = random(images * in_image);
   const sparsecol::bench::Floats weight = random(g.in_c * 9);
   const sparsecol::bench::Floats bias = random(g.in_c);
-  sparsecol::bench::Floats dst(g.out_c * g.out_h * g.out_w);
+  sparsecol::bench::Floats dst(images * out_image);
   sparsecol::kernels::Epilogue epilogue;
   epilogue.post_residual = sparsecol::kernels::Activation::kClip;
   epilogue.clip_max = 6.0f;
   std::vector<float> scratch;
-  const sparsecol::kernels::PlaneView src_view{const_cast<float*>(src.data()), 0, g.in_h * g.in_w};
-  const sparsecol::kernels::PlaneView dst_view{dst.data(), 0, g.out_h * g.out_w};
   for (auto _ : state) {
-    sparsecol::kernels::dwconv2d_rows(g, weight.data(), bias.data(), src_view, dst_view, 0, g.out_h,
-                                      epilogue, nullptr, scratch, sparsecol::kernels::active_isa(),
-                                      method);
+    for (int64_t n = 0; n < images; ++n) {
+      const sparsecol::kernels::PlaneView src_view{const_cast<float*>(src.data()) + n * in_image, 0,
+                                                   g.in_h * g.in_w};
+      const sparsecol::kernels::PlaneView dst_view{dst.data() + n * out_image, 0,
+                                                   g.out_h * g.out_w};
+      sparsecol::kernels::dwconv2d_rows(g, weight.data(), bias.data(), src_view, dst_view, 0,
+                                        g.out_h, epilogue, nullptr, scratch,
+                                        sparsecol::kernels::active_isa(), method);
+    }
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
-  const double flops = 2.0 * 9.0 * static_cast<double>(g.out_c * g.out_h * g.out_w);
+  const double flops = 2.0 * 9.0 * static_cast<double>(images * out_image);
   state.counters["GFLOPs"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -90,13 +98,16 @@ void resnet50_max_pool(benchmark::State& state) {
 const bool kRegistered = [] {
   benchmark::RegisterBenchmark("pool/resnet50/max_3x3s2_64x112", resnet50_max_pool)
       ->Unit(benchmark::kMicrosecond);
-  for (const Layer& layer : kLayers) {
-    for (const auto& [method, name] : {std::pair{DwconvMethod::kPlanes, "planes"},
-                                       std::pair{DwconvMethod::kChannelLanes, "lanes"}}) {
-      benchmark::RegisterBenchmark(
-          (std::string("dwconv/mobilenetv2/") + layer.name + "/" + name).c_str(), dwconv_layer,
-          layer, method)
-          ->Unit(benchmark::kMicrosecond);
+  for (const auto& [images, suffix] : {std::pair<int64_t, const char*>{1, ""},
+                                       std::pair<int64_t, const char*>{16, "/16_images"}}) {
+    for (const Layer& layer : kLayers) {
+      for (const auto& [method, name] : {std::pair{DwconvMethod::kPlanes, "planes"},
+                                         std::pair{DwconvMethod::kChannelLanes, "lanes"}}) {
+        benchmark::RegisterBenchmark(
+            (std::string("dwconv/mobilenetv2/") + layer.name + "/" + name + suffix).c_str(),
+            dwconv_layer, layer, method, images)
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
   return true;
