@@ -134,8 +134,9 @@ struct PlanOptions {
   // 0.6 rather than 0.5: ResNet-50's layer-1/2 column then takes layer 2's first block and
   // layer 3 fits two columns instead of three, so at batch 16 its intermediates to memory fall
   // from 142.6 to 93.6 MiB (4.8x -> 7.4x fewer than layer by layer) at the same speed (2
-  // threads, fast mode, alternated: depth-wise / layer by layer 1.075-1.080x at 0.5,
-  // 1.057-1.074x at 0.6, 1.06-1.11x in another round; ResNet-50 90% 1.28x at 0.5, 0.6 and 0.75).
+  // threads, fast mode, alternated rounds; depth-wise / layer by layer at 0.5 vs 0.6:
+  // 1.075-1.080x vs 1.057-1.074x and 1.056-1.109x vs 1.066-1.090x; ResNet-50 90% 1.276-1.296x vs
+  // 1.274-1.288x, 1.277-1.280x at 0.75; docs/BENCHMARKS.md, the twenty-first session).
   double shared_cache_fraction = 0.6;
   int64_t tile_rows = 0;  // forced tile height of every column (0: chosen)
   int threads = 1;
