@@ -32,7 +32,7 @@ using Dims = std::vector<int64_t>;
 // Regions are sized from the problem, never from the thread count, and every output element is
 // computed by exactly one region with the kernel's fixed summation order: results are the same
 // for any number of threads.
-constexpr int64_t kGemmRowBlock = 64;
+constexpr int64_t kGemmRowBlock = 128;         // GEMM rows per task, at least (see GemmStep::run)
 constexpr int64_t kMinTaskColumns = 64;        // GEMM columns / linear-layer features per task
 constexpr int64_t kRowsPerTask = 8;            // layer norm / softmax rows (tokens)
 constexpr int64_t kEltwiseTaskFloats = 16384;  // 64 KiB of output: well above OpenMP overhead
@@ -371,7 +371,11 @@ class GemmStep final : public FastStep {
     // across all its rows, so a task of 64 rows streamed all of a 3072-wide weight for them.
     // Dense BERT at batch 8 (1024 tokens: two tasks of 512 rows instead of 16 of 64) 1.05x,
     // BERT 90% 1.06x (its attention products: one task per head instead of two, B packed
-    // once); batch 1 0.98-1.0x (5-8 alternated pairs, 2 threads).
+    // once); batch 1 0.98-1.0x (5-8 alternated pairs, 2 threads). Rows are cut into blocks of
+    // at least kGemmRowBlock = 128 (was 64): BERT's 128 tokens at batch 1 are then one block and
+    // its linear layers split their columns, each thread streaming half of every weight instead
+    // of all of it: dense BERT at batch 1 0.83-0.85x -> 0.87-0.90x of oneDNN (3-4 alternated
+    // rounds, Zen 5, 2 threads); splitting columns first at batch 8 too ran 0.98x.
     const auto batches = static_cast<int64_t>(s.a_offsets.size());
     if (s.m == 0 || s.n == 0 || batches == 0) return;  // an empty output: nothing to compute
     const int64_t row_height =
