@@ -213,9 +213,9 @@ struct BOperand {
 // linear layer's weight (PackedB) comes from memory at small batches (BERT's weights are ten
 // times the L3), and the first A panel of each block otherwise waits for every line of it: at 128
 // tokens a 192 x 672 block is 504 KiB, some 25 us from memory against 8 us of FMAs for that
-// panel. Dense BERT at batch 1 ran 1.04-1.05x faster (0.92 -> 0.96x of oneDNN, 3 alternated
-// pairs, Zen 5, 2 threads); batch 8 within noise. Not for a B packed per call or by its
-// producer: that one is in cache already.
+// panel. Dense BERT at batch 1 ran 1.04-1.07x faster (0.89-0.92x -> 0.95-0.96x of oneDNN, 3
+// alternated pairs twice, Zen 5, 2 threads); batch 8 within noise. Not for a B packed per call or
+// by its producer: that one is in cache already.
 class BlockPrefetch {
  public:
   // `pieces` runs of `piece_lines` lines, `piece_stride` floats apart from `first`, spread over
