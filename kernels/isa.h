@@ -28,6 +28,10 @@ bool isa_available(Isa isa);
 Isa effective_isa(Isa requested);
 // Every ISA this process may run, best first (tests and benchmarks sweep them).
 std::vector<Isa> runnable_isas();
+// Floats per vector register on `isa`'s path (zmm, ymm, and the portable path's xmm).
+constexpr int64_t vector_floats(Isa isa) {
+  return isa == Isa::kAvx512 ? 16 : isa == Isa::kAvx2 ? 8 : 4;
+}
 
 // One core's data caches in bytes as the OS reports them (glibc reads CPUID), read once: Zen 3
 // has 32 KiB L1d and 512 KiB L2, Zen 5 48 KiB and 1 MiB. Where the OS says nothing, Zen 3's.

@@ -3,8 +3,6 @@
 // (f32-spmm/spmm.h) or the depthwise kernel (f32-dwconv/dwconv.h). See conv.h.
 #include "f32-conv/conv.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "f32-dwconv/dwconv.h"
+#include "f32-eltwise/eltwise.h"
 #include "f32-gemm/ukernels.h"
 #include "f32-spmm/spmm.h"
 #include "scratch.h"
@@ -56,6 +55,9 @@ struct PackedConv::Impl {
   // phase row.
   int64_t chunk_rows = 0;
   int64_t phase_w = 0;
+  // kSpmmPhases: the `lanes` of its SparseMatrix blocks: the sparse ISA's vector width when
+  // phase_w is a multiple of it (shifted packing, see shifted_pitch), else 1.
+  int64_t sparse_lanes = 1;
   // Sparse kinds and kPhaseGemm: the floats from one B plane to the next that the packed offsets
   // assume, a whole number of cache lines: the phase planes of a chunk buffer (kSpmmPhases,
   // kPhaseGemm), the input planes (1x1 kinds; the input's own when its planes are that far
@@ -115,25 +117,6 @@ void valid_range(int64_t out_size, int64_t stride, int64_t offset, int64_t size,
   const int64_t end = last_in < 0 ? 0 : std::min(out_size, last_in / stride + 1);
   *first = std::min(begin, end);
   *last = end;
-}
-
-// out[x] = in[x * stride] for x in [0, count): the strided gathers of im2col, of the sparse phase
-// planes and of the gathered 1x1 layers. Stride 2 (the 7x7 stem, strided 3x3 layers) takes
-// the even lanes of two loads per 4 outputs, where the scalar loop was a quarter of the stem's
-// time (perf, one thread). Old vs new object, dense, one thread, medians of 3 alternated runs of
-// 31 (shared machine): ResNet-50 stem 1.14x, MobileNetV2 stem 1.17x, ResNet-50 3x3 stride-2
-// layers 1.01-1.08x dense and 1.04-1.06x at 90% (phase planes), its gathered 1x1 downsample
-// layers 1.00-1.07x (7 alternated runs). The loads stay below in[2 * count - 2], the last element
-// the scalar loop reads: the vector loop stops while the next group's odd tail would pass it.
-void copy_strided(const float* in, int64_t stride, int64_t count, float* out) {
-  int64_t x = 0;
-  if (stride == 2) {
-    for (; x + 4 < count; x += 4) {
-      const __m128 lo = _mm_loadu_ps(in + 2 * x), hi = _mm_loadu_ps(in + 2 * x + 4);
-      _mm_storeu_ps(out + x, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
-    }
-  }
-  for (; x < count; ++x) out[x] = in[x * stride];
 }
 
 // Phase planes (space-to-depth, see pack_sparse and fill_phases): channel c's padded input row
@@ -248,9 +231,28 @@ int64_t chunk_rows(const ConvGeometry& g, int64_t floats_per_row, int64_t fixed,
 // chunk's planes plus `out_rows` phase_w-wide output rows per output row within `budget`
 // floats) and impl.b_plane; returns B row (c, ky, kx) of input channels [0, channels), in that
 // order, as an offset into a chunk's planes.
+// The multiple of floats a sparse layer's phase rows are padded to: the sparse ISA's vector
+// width, so that every plane row and every tap's aligned base starts a vector and the kernel
+// reads B in whole aligned vectors (SparseMatrix's shifted packing: a tap's column offset, at
+// most kMaxSpmmShifts - 1, becomes a lane shift of its group's sums). Only where that pads a row
+// by at most an eighth (ResNet-50's 56- and 28-wide planes: 58 -> 64 and 30 -> 32 floats; the
+// 14-wide ones are 16 already); a 7x7 plane's 9-float rows would compute 16. Measured on
+// ResNet-50's 3x3 layers at 90% (bench/spmm_bench.cc, one thread, Zen 5): each shifted tap's
+// vector loads straddled two cache lines, and with every load aligned (offsets rounded down,
+// a timing-only experiment) the stride-1 layers ran 1.3-1.45x faster, stride 2 1.16-1.2x.
+int64_t shifted_pitch(const ConvGeometry& g, const PackedConv::Impl& impl) {
+  const int64_t lanes = vector_floats(impl.sparse_isa);
+  const int64_t width = g.out_w + phase_reach_columns(g);
+  const int64_t padded = (width + lanes - 1) / lanes * lanes;
+  const bool fits = phase_reach_columns(g) < kMaxSpmmShifts && 8 * padded <= 9 * width;
+  return fits ? lanes : 1;
+}
+
 std::vector<int64_t> plan_phase_planes(const ConvGeometry& g, int64_t out_rows, int64_t budget,
-                                       int64_t channels, PackedConv::Impl& impl) {
-  impl.phase_w = g.out_w + phase_reach_columns(g);
+                                       int64_t channels, PackedConv::Impl& impl,
+                                       int64_t pitch_multiple = 1) {
+  const int64_t width = g.out_w + phase_reach_columns(g);
+  impl.phase_w = (width + pitch_multiple - 1) / pitch_multiple * pitch_multiple;
   const int64_t halo = phase_halo_rows(g);
   const int64_t planes = g.in_c * g.stride_h * g.stride_w;
   impl.chunk_rows =
@@ -295,7 +297,9 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     // stride 1 there is one phase and this is a plain padded copy. The kernel computes
     // phase_w-wide rows, of which the last phase_w - out_w columns are discarded.
     impl.kind = Kind::kSpmmPhases;
-    offsets = plan_phase_planes(g, 0, kPaddedBudget, g.in_c, impl);
+    offsets = plan_phase_planes(g, 0, kPaddedBudget, g.in_c, impl, shifted_pitch(g, impl));
+    impl.sparse_lanes =
+        impl.phase_w % vector_floats(impl.sparse_isa) == 0 ? vector_floats(impl.sparse_isa) : 1;
   }
   // K-blocks: a pixel tile of the kernel reads, per input channel, its tile of every phase plane
   // plus the taps' reach (halo rows and columns). A 3x3 layer's channels overflow L1 at 64
@@ -337,13 +341,15 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   for (int64_t c0 = 0; c0 < g.in_c; c0 += block_c) {
     const int64_t c1 = std::min(g.in_c, c0 + block_c);
     if (g.groups != 1) {
-      impl.sparse.emplace_back(weight, g.out_c, depth, depth, 1, g.groups, offsets);
+      impl.sparse.emplace_back(weight, g.out_c, depth, depth, 1, g.groups, offsets,
+                               impl.sparse_lanes);
       break;
     }
     impl.sparse.emplace_back(
         weight + c0 * taps, g.out_c, (c1 - c0) * taps, depth, 1, 1,
         std::span<const int64_t>(offsets).subspan(static_cast<std::size_t>(c0 * taps),
-                                                  static_cast<std::size_t>((c1 - c0) * taps)));
+                                                  static_cast<std::size_t>((c1 - c0) * taps)),
+        impl.sparse_lanes);
   }
 }
 
@@ -464,8 +470,7 @@ void pack_implicit_gemm(const ConvGeometry& g, const float* weight, Isa isa,
 // for the GEMM alone on packed strips.
 void pack_phase_gemm(const ConvGeometry& g, PackedConv::Impl& impl) {
   impl.kind = PackedConv::Impl::Kind::kPhaseGemm;
-  impl.row_offsets =
-      plan_phase_planes(g, g.out_c / g.groups, kIm2colBudgetFloats, g.in_c / g.groups, impl);
+  impl.row_offsets = plan_phase_planes(g, 0, kIm2colBudgetFloats, g.in_c / g.groups, impl);
 }
 
 }  // namespace
@@ -545,8 +550,9 @@ std::string PackedConv::implementation() const {
     case Impl::Kind::kSpmmGathered1x1:
       return fmt::format("spmm-1x1-gathered/{}", to_string(impl_->sparse_isa));
     case Impl::Kind::kSpmmPhases:
-      return fmt::format("spmm-{}x{}{}/{}", geometry_.kernel_h, geometry_.kernel_w,
+      return fmt::format("spmm-{}x{}{}{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          geometry_.stride_h == 1 && geometry_.stride_w == 1 ? "" : "-strided",
+                         impl_->sparse.front().shifts() > 1 ? "-shifted" : "",
                          to_string(impl_->sparse_isa));
   }
   return "unknown";
@@ -701,7 +707,10 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
   const int64_t pw = impl.phase_w, halo = phase_halo_rows(g);
   const int64_t in_floats = g.in_c * g.stride_h * g.stride_w * impl.b_plane;
   const int64_t ldo = round_up_to_line(impl.chunk_rows * pw);
-  float* planes = aligned_scratch(scratch, in_floats + (oc_end - oc_begin) * ldo);
+  // The output rows follow the planes, and at least two vectors more: the slack a shifted
+  // product reads past its last column (SpmmArgs::shifts).
+  float* planes =
+      aligned_scratch(scratch, in_floats + (oc_end - oc_begin) * ldo + 2 * kSpmmMaxLanes);
   float* out = planes + in_floats;
   Epilogue inner;
   inner.row_bias = impl.bias.data() + oc_begin;
@@ -835,31 +844,27 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
   }
 
   if (impl.kind == PackedConv::Impl::Kind::kPhaseGemm) {
-    // The GEMM computes a chunk's phase_w-wide rows into scratch with the epilogue up to the
-    // residual; finish_row copies out out_w of each, adding the residual if any.
+    // One GEMM per output row, straight into dst with the whole epilogue: a chunk's phase rows
+    // are phase_w = out_w + reach apart, so one GEMM over the chunk computed phase_w-wide rows
+    // into scratch, and copying out_w of each into dst was a quarter of MobileNetV2's stem
+    // (perf, one thread, 16 images); the micro-kernel's early C prefetch hides dst's misses,
+    // the copy could not. Against the chunk-wide GEMM and copy (bench/conv_bench.cc, one
+    // thread, Zen 5, 16 images, two runs each): MobileNetV2's stem 1.22-1.33x, ResNet-50's 1.14x,
+    // small_cnn's 1.08x.
     const int64_t pw = impl.phase_w, halo = phase_halo_rows(g);
     const int64_t planes = g.in_c * g.stride_h * g.stride_w;
-    const int64_t ldo = round_up_to_line(impl.chunk_rows * pw);
-    float* phases = aligned_scratch(scratch, planes * impl.b_plane + (part_end - part_begin) * ldo);
-    float* out = phases + planes * impl.b_plane;
+    float* phases = aligned_scratch(scratch, planes * impl.b_plane);
     for (int64_t r0 = oh_begin; r0 < oh_end; r0 += impl.chunk_rows) {
       const int64_t rows = std::min(oh_end - r0, impl.chunk_rows);
       fill_phases(g, src, r0, r0 + rows, rows + halo, pw, impl.b_plane, phases);
       for (int64_t group = 0; group < g.groups; ++group) {
         gemm_rows(group, r0, [&](const PackedA& a, const Epilogue& e, float* c) {
-          Epilogue inner = e;
-          inner.residual = nullptr;
-          if (e.residual != nullptr) inner.post_residual = Activation::kNone;
           const float* b = phases + group * (planes / g.groups) * impl.b_plane;
-          gemm_packed_row_offsets(a, b, impl.row_offsets, out, ldo, (rows - 1) * pw + g.out_w,
-                                  inner);
-          for (int64_t oc = 0; oc < a.rows(); ++oc) {
-            for (int64_t r = 0; r < rows; ++r) {
-              const float* res =
-                  e.residual == nullptr ? nullptr : e.residual + oc * e.residual_ld + r * g.out_w;
-              finish_row(out + oc * ldo + r * pw, res, g.out_w, e,
-                         c + oc * dst.plane_stride + r * g.out_w);
-            }
+          Epilogue row_e = e;
+          for (int64_t r = 0; r < rows; ++r) {
+            if (e.residual != nullptr) row_e.residual = e.residual + r * g.out_w;
+            gemm_packed_row_offsets(a, b + r * pw, impl.row_offsets, c + r * g.out_w,
+                                    dst.plane_stride, g.out_w, row_e);
           }
         });
       }

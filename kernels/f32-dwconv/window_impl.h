@@ -50,45 +50,6 @@ inline PaddedBlock plan_block(const WindowGeometry& g, int64_t oh_begin, int64_t
   return b;
 }
 
-// Even and odd lanes of the 2 * kLanes values a:b, for stride-2 phase splitting.
-inline Vec even_lanes(Vec a, Vec b) {
-#ifdef __AVX512F__
-  return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-#elif defined(__AVX2__)
-  return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
-#else
-  return __builtin_shufflevector(a, b, 0, 2, 4, 6);
-#endif
-}
-inline Vec odd_lanes(Vec a, Vec b) {
-#ifdef __AVX512F__
-  return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-#elif defined(__AVX2__)
-  return __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
-#else
-  return __builtin_shufflevector(a, b, 1, 3, 5, 7);
-#endif
-}
-
-// Lanes K .. K + kLanes - 1 of the 2 * kLanes values a:b (one valignd on AVX-512): the vector
-// that starts K values after a, built from two aligned loads instead of a third, unaligned one.
-template <int K, std::size_t... I>
-inline Vec shift_lanes(Vec a, Vec b, std::index_sequence<I...>) {
-  return __builtin_shufflevector(a, b, (I + K)...);
-}
-template <int K>
-inline Vec shift_lanes(Vec a, Vec b) {
-#ifdef __AVX512F__
-  // GCC lowers the generic shuffle to vpermt2ps, which overwrites an operand (extra copies).
-  // The masked form with every lane selected: GCC 12's plain _mm512_alignr_epi32 draws a
-  // spurious maybe-uninitialized warning from its undefined pass-through operand.
-  const __m512i lo = _mm512_castps_si512(a);
-  return _mm512_castsi512_ps(_mm512_mask_alignr_epi32(lo, 0xFFFF, _mm512_castps_si512(b), lo, K));
-#else
-  return shift_lanes<K>(a, b, std::make_index_sequence<kLanes>{});
-#endif
-}
-
 // Floats of scratch that fill_block needs besides the block: one padded row.
 inline int64_t fill_scratch_size(const PaddedBlock& b) { return b.row_len + 2 * kLanes; }
 

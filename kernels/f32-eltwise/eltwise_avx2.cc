@@ -13,4 +13,8 @@ void unary_rows_avx2(UnaryKind kind, const float* src, int64_t src_ld, float* ds
   unary_rows_impl(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
 }
 
+void copy_strided_avx2(const float* in, int64_t stride, int64_t count, float* out) {
+  copy_strided_impl(in, stride, count, out);
+}
+
 }  // namespace sparsecol::kernels::detail

@@ -117,5 +117,17 @@ inline void unary_rows_impl(UnaryKind kind, const float* src, int64_t src_ld, fl
   }
 }
 
+// Stride 2: the vector loop stops while a next vector's second load could pass in[2 * count - 2],
+// the last element the scalar loop reads.
+inline void copy_strided_impl(const float* in, int64_t stride, int64_t count, float* out) {
+  int64_t x = 0;
+  if (stride == 2) {
+    for (; x + kLanes < count; x += kLanes) {
+      store(out + x, even_lanes(load(in + 2 * x), load(in + 2 * x + kLanes)));
+    }
+  }
+  for (; x < count; ++x) out[x] = in[x * stride];
+}
+
 }  // namespace
 }  // namespace sparsecol::kernels

@@ -15,6 +15,9 @@ void binary_rows_avx512(BinaryKind kind, const RowOperand& a, const RowOperand& 
 void unary_rows_avx512(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
                        int64_t rows, int64_t n, float lo, float hi);
 
+void copy_strided_avx2(const float* in, int64_t stride, int64_t count, float* out);
+void copy_strided_avx512(const float* in, int64_t stride, int64_t count, float* out);
+
 }  // namespace detail
 
 void binary_rows(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
@@ -38,6 +41,17 @@ void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, in
       return detail::unary_rows_avx2(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
     case Isa::kPortable:
       return unary_rows_impl(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
+  }
+}
+
+void copy_strided(const float* in, int64_t stride, int64_t count, float* out, Isa isa) {
+  switch (effective_isa(isa)) {
+    case Isa::kAvx512:
+      return detail::copy_strided_avx512(in, stride, count, out);
+    case Isa::kAvx2:
+      return detail::copy_strided_avx2(in, stride, count, out);
+    case Isa::kPortable:
+      return copy_strided_impl(in, stride, count, out);
   }
 }
 

@@ -39,30 +39,42 @@ int32_t checked_offset(int64_t offset) {
 
 SparseMatrix::SparseMatrix(const float* a, int64_t rows, int64_t depth, int64_t row_stride,
                            int64_t col_stride, int64_t groups,
-                           std::span<const int64_t> b_row_offsets)
+                           std::span<const int64_t> b_row_offsets, int64_t lanes)
     : rows_(rows), depth_(depth), groups_(groups) {
-  if (rows < 0 || depth < 0 || groups <= 0 || rows % groups != 0 ||
+  if (rows < 0 || depth < 0 || groups <= 0 || rows % groups != 0 || lanes <= 0 ||
       static_cast<int64_t>(b_row_offsets.size()) != groups * depth) {
-    invalid(fmt::format("SparseMatrix: {} rows x {} columns in {} groups with {} B row offsets",
-                        rows, depth, groups, b_row_offsets.size()));
+    invalid(fmt::format(
+        "SparseMatrix: {} rows x {} columns in {} groups with {} B row offsets, lanes {}", rows,
+        depth, groups, b_row_offsets.size(), lanes));
   }
   if (rows * depth > std::numeric_limits<int32_t>::max()) {
     invalid(fmt::format("SparseMatrix: {} x {} elements exceed 32-bit positions", rows, depth));
   }
+  for (const int64_t offset : b_row_offsets) {
+    shifts_ = std::max(shifts_, checked_offset(offset) % lanes + 1);
+  }
+  if (shifts_ > kMaxSpmmShifts) {
+    invalid(fmt::format("SparseMatrix: a B row offset {} lanes past a vector (at most {})",
+                        shifts_ - 1, kMaxSpmmShifts - 1));
+  }
   const int64_t rows_per_group = rows / std::max<int64_t>(groups, 1);
-  row_ptr_.reserve(static_cast<std::size_t>(rows + 1));
+  row_ptr_.reserve(static_cast<std::size_t>(rows * shifts_ + 1));
   row_ptr_.push_back(0);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t group = r / rows_per_group;
-    for (int64_t k = 0; k < depth; ++k) {
-      const float w = a[r * row_stride + k * col_stride];
-      if (w == 0.0f) continue;  // -0.0f too: an exact zero contributes nothing
-      const int64_t b_row = group * depth + k;
-      values_.push_back(w);
-      b_rows_.push_back(static_cast<int32_t>(b_row));
-      offsets_.push_back(checked_offset(b_row_offsets[static_cast<std::size_t>(b_row)]));
+    for (int64_t shift = 0; shift < shifts_; ++shift) {
+      for (int64_t k = 0; k < depth; ++k) {
+        const float w = a[r * row_stride + k * col_stride];
+        if (w == 0.0f) continue;  // -0.0f too: an exact zero contributes nothing
+        const int64_t b_row = group * depth + k;
+        const int64_t offset = b_row_offsets[static_cast<std::size_t>(b_row)];
+        if (offset % lanes != shift) continue;
+        values_.push_back(w);
+        b_rows_.push_back(static_cast<int32_t>(b_row));
+        offsets_.push_back(checked_offset(offset - shift));
+      }
+      row_ptr_.push_back(static_cast<int32_t>(values_.size()));
     }
-    row_ptr_.push_back(static_cast<int32_t>(values_.size()));
   }
 }
 
@@ -78,6 +90,7 @@ int64_t SparseMatrix::packed_bytes() const {
 
 void SparseMatrix::offsets_for(std::span<const int64_t> b_row_offsets,
                                std::vector<int32_t>& out) const {
+  if (shifts_ > 1) invalid("SparseMatrix::offsets_for: the matrix is packed shifted");
   if (static_cast<int64_t>(b_row_offsets.size()) != groups_ * depth_) {
     invalid(fmt::format("SparseMatrix::offsets_for: {} B row offsets for {} B rows",
                         b_row_offsets.size(), groups_ * depth_));
@@ -121,9 +134,12 @@ void f32_spmm__reference(const SpmmArgs& args) {
   for (int64_t row = 0; row < args.rows; ++row) {
     for (int64_t col = 0; col < args.n; ++col) {
       double sum = args.accumulate ? static_cast<double>(args.dst[row * args.ldd + col]) : 0.0;
-      for (int32_t j = args.row_ptr[row]; j < args.row_ptr[row + 1]; ++j) {
-        sum += static_cast<double>(args.values[j]) *
-               static_cast<double>(args.src[args.offsets[j] + col]);
+      const int32_t* groups = args.row_ptr + row * args.shifts;
+      for (int64_t shift = 0; shift < args.shifts; ++shift) {
+        for (int32_t j = groups[shift]; j < groups[shift + 1]; ++j) {
+          sum += static_cast<double>(args.values[j]) *
+                 static_cast<double>(args.src[args.offsets[j] + shift + col]);
+        }
       }
       float x = static_cast<float>(sum);
       if (e != nullptr) {
@@ -149,7 +165,8 @@ void spmm(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int6
   SpmmArgs args;
   args.rows = row_end - row_begin;
   args.n = n;
-  args.row_ptr = a.row_ptr() + row_begin;
+  args.row_ptr = a.row_ptr() + row_begin * a.shifts();
+  args.shifts = a.shifts();
   args.values = a.values();
   args.offsets = offsets;
   args.src = src;

@@ -34,37 +34,52 @@ namespace sparsecol::kernels {
 // multiplies and that row's element offset in the layout the matrix was packed for.
 // Rows may be split into `groups` equal blocks (grouped convolution): group g's column k
 // multiplies B row g * depth + k. Immutable after packing: shared by all threads.
+//
+// Shifted packing (`lanes` > 1, the 3x3 convolutions on phase planes, f32-conv/conv.cc): each
+// B row's offset splits into an aligned base (a multiple of `lanes`, the vector width: a whole-
+// vector load when B's rows start on vectors) and a shift, offset % lanes, below
+// kMaxSpmmShifts. A row's non-zeros are grouped by shift (shifts() groups, in increasing shift,
+// each in increasing column order) and offsets() holds their bases: the kernel sums each group
+// over aligned loads in registers of its own and shifts the sums into place once per row (see
+// SpmmArgs::shifts), instead of loading every shifted B row across two cache lines.
 class SparseMatrix {
  public:
   // Element (r, k) of A is a[r * row_stride + k * col_stride]. `b_row_offsets` holds the element
-  // offset of every B row (groups * depth entries). Throws Error(kInvalidArgument) on bad sizes or
-  // when an offset does not fit in 32 bits.
+  // offset of every B row (groups * depth entries). Throws Error(kInvalidArgument) on bad sizes,
+  // when an offset does not fit in 32 bits, or when a shift (lanes > 1) reaches kMaxSpmmShifts.
   SparseMatrix(const float* a, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
-               int64_t groups, std::span<const int64_t> b_row_offsets);
+               int64_t groups, std::span<const int64_t> b_row_offsets, int64_t lanes = 1);
 
   int64_t rows() const { return rows_; }
   int64_t depth() const { return depth_; }
   int64_t groups() const { return groups_; }
+  // Shift groups per row: 1 + the largest shift of any B row (1 unless packed shifted).
+  int64_t shifts() const { return shifts_; }
   int64_t nnz() const { return static_cast<int64_t>(values_.size()); }
   // Fraction of exact zeros of A (1 for an empty matrix).
   double sparsity() const;
-  // Row r's non-zeros are [row_ptr()[r], row_ptr()[r + 1]) in values() and offsets().
+  // Shift group s of row r is [row_ptr()[r * shifts() + s], row_ptr()[r * shifts() + s + 1]) in
+  // values() and offsets() (one group per row unless packed shifted).
   const int32_t* row_ptr() const { return row_ptr_.data(); }
   const float* values() const { return values_.data(); }
   const int32_t* offsets() const { return offsets_.data(); }
   // Bytes the kernels stream: values, offsets and row pointers.
   int64_t packed_bytes() const;
   // The offsets for another layout of B (the same B rows at other element offsets), e.g. a tile
-  // buffer with another plane stride.
+  // buffer with another plane stride. Unshifted packing only.
   void offsets_for(std::span<const int64_t> b_row_offsets, std::vector<int32_t>& out) const;
 
  private:
-  int64_t rows_, depth_, groups_;
-  std::vector<int32_t> row_ptr_;  // rows + 1
+  int64_t rows_, depth_, groups_, shifts_ = 1;
+  std::vector<int32_t> row_ptr_;  // rows * shifts + 1
   std::vector<float> values_;     // nnz
   std::vector<int32_t> b_rows_;   // nnz: the B row of each non-zero
-  std::vector<int32_t> offsets_;  // nnz: its element offset in the packed-for layout
+  std::vector<int32_t> offsets_;  // nnz: its element offset (base) in the packed-for layout
 };
+
+// Shifts a shifted SparseMatrix may hold: 0, 1, 2 (a 3x3 stride-1 layer's column taps; 0 and 1
+// for stride 2). Each group keeps a tile of accumulators in registers: 8 + 9 + 9 of AVX-512's 32.
+inline constexpr int64_t kMaxSpmmShifts = 3;
 
 // Fraction of exact zeros among `count` floats.
 double zero_fraction(const float* w, int64_t count);
@@ -104,7 +119,16 @@ struct SpmmArgs {
   // K-blocks of f32-conv/conv.cc) instead of starting from zero. The sum continues in the same
   // order, so a product split by columns gives the same bits as one call.
   bool accumulate = false;
+  // Shift groups per row (SparseMatrix::shifts): row_ptr has rows * shifts + 1 entries and a
+  // non-zero of group s reads B columns from offset + s on. With shifts > 1 the kernel reads
+  // every B row from its aligned base in whole vectors, up to 2 * kSpmmMaxLanes - 2 floats past
+  // the last column the product needs (the caller leaves that slack; those lanes only feed
+  // columns it does not store). The sum per element runs group by group, each in order.
+  int64_t shifts = 1;
 };
+
+// The widest vector of any kernel, in floats (AVX-512).
+inline constexpr int64_t kSpmmMaxLanes = 16;
 
 using SpmmUkernelFn = void (*)(const SpmmArgs& args);
 
@@ -150,7 +174,11 @@ struct SpmmUkernel {
 // cache lines, but ~3.5 ns when they do not (a 64-byte load that straddles two lines costs two
 // of L1's loads): every caller hands the kernel line-aligned B rows (kernels/scratch.h; the 1x1
 // and phase lowerings in f32-conv/conv.cc, sparse_linear below), which made ResNet-50's 14x14
-// and 7x7 1x1 layers and BERT's linear layers 1.1-1.5x faster.
+// and 7x7 1x1 layers and BERT's linear layers 1.1-1.5x faster. A 3x3 layer's taps shift B by
+// 1 or 2 columns, so two thirds of its loads straddled lines even from aligned planes: the
+// shifted packing (SparseMatrix, SpmmArgs::shifts) loads every tap aligned and shifts the sums
+// instead, ResNet-50's stride-1 3x3 layers 1.2-1.25x faster at 90% (bench/spmm_bench.cc, one
+// thread, Zen 5; 1.14x in the network, layer by layer at batch 16).
 // A column tail of up to 4 vectors joins the last full tile (up to 12 vectors); a longer one
 // gets a tile of its own. Every width sums each element in the same order, so results do not
 // depend on how a caller splits the columns.

@@ -88,6 +88,22 @@ inline void apply_epilogue(Vec (&acc)[kVecs], const Epilogue& e, int64_t row, in
   activate_tile(e.post_residual, acc, e);
 }
 
+// The epilogue (when set) and the store of one row's tile; the last vector holds `tail` valid
+// lanes (0: full).
+template <int kVecs>
+[[gnu::always_inline]] inline void store_row_tile(Vec (&acc)[kVecs], const Epilogue* e, int64_t row,
+                                                  int64_t col, int64_t tail, float* dst) {
+  if (e != nullptr) apply_epilogue<kVecs>(acc, *e, row, col, tail);
+#pragma GCC unroll 16
+  for (int v = 0; v < kVecs; ++v) {
+    if (v == kVecs - 1 && tail != 0) {
+      store_partial(dst + v * kLanes, acc[v], tail);
+    } else {
+      store(dst + v * kLanes, acc[v]);
+    }
+  }
+}
+
 // Columns [col, col + count) of every row, (kVecs - 1) * kLanes < count <= kVecs * kLanes.
 // Each output element is one chain of FMAs over its row's non-zeros in order: the same order in
 // every tile width, so results do not depend on where a caller splits the columns.
@@ -123,15 +139,7 @@ inline void spmm_tile(const SpmmArgs& args, int64_t col, int64_t count) {
       }
     }
 
-    if (e != nullptr) apply_epilogue<kVecs>(acc, *e, row, col, tail);
-#pragma GCC unroll 16
-    for (int v = 0; v < kVecs; ++v) {
-      if (v == kVecs - 1 && tail != 0) {
-        store_partial(dst + v * kLanes, acc[v], tail);
-      } else {
-        store(dst + v * kLanes, acc[v]);
-      }
-    }
+    store_row_tile<kVecs>(acc, e, row, col, tail, dst);
   }
 }
 
@@ -146,10 +154,83 @@ inline void spmm_tile_of(const SpmmArgs& args, int64_t col, int64_t count) {
   spmm_tile<kVecs>(args, col, count);
 }
 
+// ---- Shifted packing (SpmmArgs::shifts > 1) ----
+
+// Vectors per shifted tile: one accumulator each for group 0 and one more for every other group
+// (its sums reach one vector past the tile): 8 + 9 + 9 of AVX-512's 32 registers, 4 + 5 + 5 of
+// AVX2's and the portable path's 16.
+constexpr int kShiftTileVecs = kLanes == 16 ? 8 : 4;
+
+// Walks one shift group's non-zeros [begin, end) into `sum`: aligned whole-vector loads only.
+template <int kVecs>
+[[gnu::always_inline]] inline void sum_group(const SpmmArgs& args, const float* src, int32_t begin,
+                                             int32_t end, Vec (&sum)[kVecs]) {
+  for (int32_t j = begin; j < end; ++j) {
+    const float* p = src + args.offsets[j];
+    const Vec w = broadcast(args.values + j);
+#pragma GCC unroll 16
+    for (int v = 0; v < kVecs; ++v) sum[v] = fmadd(w, load(p + v * kLanes), sum[v]);
+  }
+}
+
+// Columns [col, col + count) of every row, (kVecs - 1) * kLanes < count <= kVecs * kLanes: group
+// s sums its non-zeros over B from their aligned bases, so its sum for column x belongs to output
+// column x - s; the groups are added with their lanes shifted into place. Every B load is whole
+// (SpmmArgs::shifts: the lanes past `count` only feed columns that are not stored).
+template <int kVecs, int kShifts>
+inline void spmm_shifted_tile(const SpmmArgs& args, int64_t col, int64_t count) {
+  const int64_t tail = count % kLanes;
+  const float* src = args.src + col;
+  const Epilogue* e = args.epilogue;
+  for (int64_t row = 0; row < args.rows; ++row) {
+    const int32_t* group = args.row_ptr + row * kShifts;
+    Vec sum0[kVecs], sum1[kVecs + 1], sum2[kVecs + 1];
+#pragma GCC unroll 16
+    for (int v = 0; v <= kVecs; ++v) {
+      if (v < kVecs) sum0[v] = Vec{};
+      sum1[v] = Vec{};
+      sum2[v] = Vec{};
+    }
+    sum_group<kVecs>(args, src, group[0], group[1], sum0);
+    sum_group<kVecs + 1>(args, src, group[1], group[2], sum1);
+    if constexpr (kShifts > 2) sum_group<kVecs + 1>(args, src, group[2], group[3], sum2);
+    float* dst = args.dst + row * args.ldd + col;
+    Vec acc[kVecs];
+#pragma GCC unroll 16
+    for (int v = 0; v < kVecs; ++v) {
+      acc[v] = sum0[v] + shift_lanes<1>(sum1[v], sum1[v + 1]);
+      if constexpr (kShifts > 2) acc[v] += shift_lanes<2>(sum2[v], sum2[v + 1]);
+      if (args.accumulate) acc[v] = tile_load<kVecs>(dst, v, tail) + acc[v];
+    }
+    store_row_tile<kVecs>(acc, e, row, col, tail, dst);
+  }
+}
+
+template <int kShifts, int kVecs = 1>
+inline void spmm_shifted_tile_of(const SpmmArgs& args, int64_t col, int64_t count) {
+  if constexpr (kVecs < kShiftTileVecs) {
+    if (count > kVecs * kLanes) return spmm_shifted_tile_of<kShifts, kVecs + 1>(args, col, count);
+  }
+  spmm_shifted_tile<kVecs, kShifts>(args, col, count);
+}
+
+template <int kShifts>
+inline void spmm_shifted_region(const SpmmArgs& args) {
+  constexpr int64_t kWidth = kShiftTileVecs * kLanes;
+  int64_t col = 0;
+  for (; col + kWidth <= args.n; col += kWidth) {
+    spmm_shifted_tile<kShiftTileVecs, kShifts>(args, col, kWidth);
+  }
+  if (col < args.n) spmm_shifted_tile_of<kShifts>(args, col, args.n - col);
+}
+
 // The whole region: full tiles, then the column tail, alone or with the last full tile. The loop
 // over columns is outside the loop over rows, so the B columns of a tile stay in cache while every
 // row's non-zeros stream past them.
 inline void spmm_region(const SpmmArgs& args) {
+  if (args.shifts > 1) {
+    return args.shifts == 2 ? spmm_shifted_region<2>(args) : spmm_shifted_region<3>(args);
+  }
   const int64_t full_tiles = args.n / kTile;
   const int64_t left = args.n - full_tiles * kTile;
   // A remainder of up to kMergeVecs vectors joins the last full tile: one wider tile pays a row's

@@ -88,18 +88,24 @@ class SpmmKernelTest : public ::testing::TestWithParam<kernels::SpmmUkernel> {
 // rows [r0, r1) x columns [c0, c0 + n) into a dst with a wider stride, starting from zero or
 // (accumulate) from random partial sums in the region; the kernel and the reference run on the
 // same arguments, and nothing outside the region may be written.
+// With `shifts` > 1 the matrix is packed shifted (SparseMatrix, `lanes` the kernel's vector
+// width): B rows a whole number of vectors apart, each from a random shift below `shifts`, and
+// the slack past B that such a product may read.
 void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t depth, int64_t n,
-                  double sparsity, std::mt19937& rng) {
-  const int64_t ldb = n + 3 + static_cast<int64_t>(rng() % 40);
+                  double sparsity, std::mt19937& rng, int64_t shifts = 1) {
+  const int64_t lanes = ukernel.tile / 8;
+  const int64_t ldb = (n + 3 + static_cast<int64_t>(rng() % 40) + lanes - 1) / lanes * lanes;
   const int64_t c0 = static_cast<int64_t>(rng() % 3);
   const int64_t cols = c0 + n;
   std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
   prune(a, sparsity, rng);
   if (rows > 2) std::fill_n(a.begin() + depth, depth, 0.0f);  // an empty row
   std::vector<int64_t> b_rows(static_cast<std::size_t>(depth));
-  for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * ldb;
-  const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
-  const std::vector<float> b = random_vector(depth * ldb, 1.0f, rng);
+  for (int64_t k = 0; k < depth; ++k) {
+    b_rows[static_cast<std::size_t>(k)] = k * ldb + static_cast<int64_t>(rng() % shifts);
+  }
+  const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows, shifts > 1 ? lanes : 1);
+  const std::vector<float> b = random_vector(depth * ldb + 2 * kernels::kSpmmMaxLanes, 1.0f, rng);
   const int64_t ldd = cols + 5;
   EpilogueData ed = random_epilogue(rows, cols, ldd, rng);
   const int64_t r0 = rows > 1 ? static_cast<int64_t>(rng() % 2) : 0;
@@ -113,7 +119,8 @@ void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t dep
   kernels::SpmmArgs args;
   args.rows = r1 - r0;
   args.n = n;
-  args.row_ptr = m.row_ptr() + r0;
+  args.row_ptr = m.row_ptr() + r0 * m.shifts();
+  args.shifts = m.shifts();
   args.values = m.values();
   args.offsets = m.offsets();
   args.src = b.data() + c0;
@@ -159,14 +166,16 @@ TEST_P(SpmmKernelTest, MatchesReferenceOnRandomRegions) {
   for (const int64_t past : {lanes + 1, 4 * lanes, 4 * lanes + 1, tile + 3 * lanes - 1}) {
     widths.push_back(tile + past);
   }
-  for (const double sparsity : kSparsities) {
-    for (const int64_t n : widths) {
-      const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
-      const int64_t depth = 1 + static_cast<int64_t>(rng() % 200);
-      SCOPED_TRACE(fmt::format("{}: {} x {} at {:.0f}%, {} columns (tile {})", GetParam().name,
-                               rows, depth, 100 * sparsity, n, tile));
-      check_region(GetParam(), rows, depth, n, sparsity, rng);
-      if (HasFatalFailure()) return;
+  for (const int64_t shifts : {int64_t{1}, int64_t{2}, kernels::kMaxSpmmShifts}) {
+    for (const double sparsity : kSparsities) {
+      for (const int64_t n : widths) {
+        const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
+        const int64_t depth = 1 + static_cast<int64_t>(rng() % 200);
+        SCOPED_TRACE(fmt::format("{}: {} x {} at {:.0f}%, {} columns (tile {}), shifts {}",
+                                 GetParam().name, rows, depth, 100 * sparsity, n, tile, shifts));
+        check_region(GetParam(), rows, depth, n, sparsity, rng, shifts);
+        if (HasFatalFailure()) return;
+      }
     }
   }
 }
@@ -190,29 +199,35 @@ TEST_P(SpmmKernelTest, AllZeroWeightsGiveTheEpilogueOfZero) {
 }
 
 // Every element is summed in the same order whatever the tile it falls in, so splitting the
-// columns of a call (as the schedules do by thread count) never changes a bit.
+// columns of a call (as the schedules do by thread count) never changes a bit; packed plain or
+// shifted.
 TEST_P(SpmmKernelTest, ColumnSplitsGiveIdenticalBits) {
   std::mt19937 rng(9);
-  const int64_t rows = 7, depth = 150, n = 203;
+  const int64_t rows = 7, depth = 150, n = 203, lanes = GetParam().tile / 8;
+  const int64_t ldb = (n + lanes - 1) / lanes * lanes;
   std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
   prune(a, 0.7, rng);
-  std::vector<int64_t> b_rows(depth);
-  for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * n;
-  const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
-  const std::vector<float> b = random_vector(depth * n, 1.0f, rng);
-  std::vector<float> whole(rows * n), split(rows * n);
-  kernels::SpmmArgs args{rows,         n, m.row_ptr(), m.values(), m.offsets(), b.data(),
-                         whole.data(), n, nullptr};
-  GetParam().fn(args);
-  for (int64_t c0 = 0; c0 < n;) {
-    const int64_t c1 = std::min(n, c0 + 1 + static_cast<int64_t>(rng() % 40));
-    args.n = c1 - c0;
-    args.src = b.data() + c0;
-    args.dst = split.data() + c0;
+  for (const int64_t shifts : {int64_t{1}, kernels::kMaxSpmmShifts}) {
+    std::vector<int64_t> b_rows(depth);
+    for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * ldb + k % shifts;
+    const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows, shifts > 1 ? lanes : 1);
+    ASSERT_EQ(m.shifts(), shifts);
+    const std::vector<float> b = random_vector(depth * ldb + 2 * kernels::kSpmmMaxLanes, 1.0f, rng);
+    std::vector<float> whole(rows * n), split(rows * n);
+    kernels::SpmmArgs args{rows,         n, m.row_ptr(), m.values(), m.offsets(), b.data(),
+                           whole.data(), n, nullptr};
+    args.shifts = m.shifts();
     GetParam().fn(args);
-    c0 = c1;
+    for (int64_t c0 = 0; c0 < n;) {
+      const int64_t c1 = std::min(n, c0 + 1 + static_cast<int64_t>(rng() % 40));
+      args.n = c1 - c0;
+      args.src = b.data() + c0;
+      args.dst = split.data() + c0;
+      GetParam().fn(args);
+      c0 = c1;
+    }
+    EXPECT_EQ(whole, split) << "shifts " << shifts;
   }
-  EXPECT_EQ(whole, split);
 }
 
 // A product split by columns of A (depth), the later blocks accumulating and the last applying
@@ -277,6 +292,26 @@ TEST(SparseMatrixTest, PacksNonZerosInColumnOrderWithTheirOffsets) {
   m.offsets_for(std::vector<int64_t>{0, 1, 2, 3, 4, 5}, remapped);
   EXPECT_EQ(remapped, (std::vector<int32_t>{1, 0, 2, 4, 5}));
   EXPECT_EQ(m.packed_bytes(), 5 * 4 + 5 * 4 + 5 * 4);
+}
+
+// Shifted packing: each row's non-zeros grouped by their B row's offset % lanes, in column order
+// within a group, offsets cut to the aligned base; a shift past kMaxSpmmShifts is refused, and
+// so is re-mapping the offsets.
+TEST(SparseMatrixTest, ShiftedPackingGroupsNonZerosByShift) {
+  const std::vector<float> a = {1, 2, 3, 4,  //
+                                0, 5, 0, 6};
+  const std::vector<int64_t> b_rows = {32, 17, 2, 48};  // shifts 0, 1, 2, 0 at 16 lanes
+  const SparseMatrix m(a.data(), 2, 4, 4, 1, 1, b_rows, 16);
+  ASSERT_EQ(m.shifts(), 3);
+  EXPECT_EQ(std::vector<int32_t>(m.row_ptr(), m.row_ptr() + 7),
+            (std::vector<int32_t>{0, 2, 3, 4, 5, 6, 6}));
+  EXPECT_EQ(std::vector<float>(m.values(), m.values() + 6), (std::vector<float>{1, 4, 2, 3, 6, 5}));
+  EXPECT_EQ(std::vector<int32_t>(m.offsets(), m.offsets() + 6),
+            (std::vector<int32_t>{32, 48, 16, 0, 48, 16}));
+  std::vector<int32_t> out;
+  EXPECT_THROW(m.offsets_for(b_rows, out), Error);
+  EXPECT_THROW(SparseMatrix(a.data(), 2, 4, 4, 1, 1, std::vector<int64_t>{0, 3, 0, 0}, 16), Error);
+  EXPECT_EQ(SparseMatrix(a.data(), 2, 4, 4, 1, 1, std::vector<int64_t>{0, 3, 0, 0}).shifts(), 1);
 }
 
 TEST(SparseMatrixTest, RefusesBadShapesAndOffsetsBeyond32Bits) {
@@ -426,6 +461,12 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       // tile (conv.cc, sparse_l1_budget_floats): several blocks below 99%, the channel count
       // not dividing.
       {"3x3_s1_k_blocks", 145, 6, 5, 21, 3, 1, 1, 1, 1},
+      // Phase rows that pad to a whole number of vectors at every ISA (16 and 32 floats, 56 in
+      // at stride 2: 29 -> 32): the shifted packing (conv.cc, shifted_pitch), also in K-blocks.
+      {"3x3_s1_14_wide_shifted", 24, 20, 9, 14, 3, 1, 1, 1, 1},
+      {"3x3_s1_30_wide_shifted", 16, 12, 6, 30, 3, 1, 1, 1, 1},
+      {"3x3_s2_56_wide_shifted", 16, 12, 6, 56, 3, 2, 1, 1, 1},
+      {"3x3_s1_k_blocks_shifted", 145, 6, 5, 14, 3, 1, 1, 1, 1},
   };
   for (const SparseConvCase& c : cases) {
     for (const double sparsity : kSparsities) {
@@ -435,6 +476,10 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), 0.0, isa);
       ASSERT_STREQ(conv.weight_format(), "sparse-csr");
       ASSERT_EQ(conv.channel_granule(), 1);
+      if (std::string_view(c.name).ends_with("_shifted")) {
+        ASSERT_NE(conv.implementation().find("-shifted"), std::string::npos)
+            << conv.implementation();
+      }
       // All rows and channels; the first and last row; an interior block of rows and channels.
       check_conv_region(conv, p, 0, g.out_h, 0, g.out_c);
       check_conv_region(conv, p, 0, 1, 0, g.out_c);
