@@ -55,8 +55,8 @@ struct PackedConv::Impl {
   // phase row.
   int64_t chunk_rows = 0;
   int64_t phase_w = 0;
-  // kSpmmPhases: the `lanes` of its SparseMatrix blocks: the sparse ISA's vector width when
-  // phase_w is a multiple of it (shifted packing, see shifted_pitch), else 1.
+  // kSpmmPhases: the `lanes` of its SparseMatrix blocks and the multiple phase_w is padded to:
+  // the sparse ISA's vector width for the shifted packing, else 1 (see shifted_pitch).
   int64_t sparse_lanes = 1;
   // Sparse kinds and kPhaseGemm: the floats from one B plane to the next that the packed offsets
   // assume, a whole number of cache lines: the phase planes of a chunk buffer (kSpmmPhases,
@@ -227,10 +227,6 @@ int64_t chunk_rows(const ConvGeometry& g, int64_t floats_per_row, int64_t fixed,
   return std::clamp<int64_t>(std::max(fit, least), 1, g.out_h);
 }
 
-// The chunking of a layer on phase planes (see pack_sparse): impl.phase_w, impl.chunk_rows (a
-// chunk's planes plus `out_rows` phase_w-wide output rows per output row within `budget`
-// floats) and impl.b_plane; returns B row (c, ky, kx) of input channels [0, channels), in that
-// order, as an offset into a chunk's planes.
 // The multiple of floats a sparse layer's phase rows are padded to: the sparse ISA's vector
 // width, so that every plane row and every tap's aligned base starts a vector and the kernel
 // reads B in whole aligned vectors (SparseMatrix's shifted packing: a tap's column offset, at
@@ -248,6 +244,11 @@ int64_t shifted_pitch(const ConvGeometry& g, const PackedConv::Impl& impl) {
   return fits ? lanes : 1;
 }
 
+// The chunking of a layer on phase planes (see pack_sparse): impl.phase_w, impl.chunk_rows (a
+// chunk's planes plus `out_rows` phase_w-wide output rows per output row within `budget`
+// floats) and impl.b_plane, phase rows padded to a multiple of `pitch_multiple` floats; returns B
+// row (c, ky, kx) of input channels [0, channels), in that order, as an offset into a chunk's
+// planes.
 std::vector<int64_t> plan_phase_planes(const ConvGeometry& g, int64_t out_rows, int64_t budget,
                                        int64_t channels, PackedConv::Impl& impl,
                                        int64_t pitch_multiple = 1) {
@@ -297,9 +298,8 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     // stride 1 there is one phase and this is a plain padded copy. The kernel computes
     // phase_w-wide rows, of which the last phase_w - out_w columns are discarded.
     impl.kind = Kind::kSpmmPhases;
-    offsets = plan_phase_planes(g, 0, kPaddedBudget, g.in_c, impl, shifted_pitch(g, impl));
-    impl.sparse_lanes =
-        impl.phase_w % vector_floats(impl.sparse_isa) == 0 ? vector_floats(impl.sparse_isa) : 1;
+    impl.sparse_lanes = shifted_pitch(g, impl);
+    offsets = plan_phase_planes(g, 0, kPaddedBudget, g.in_c, impl, impl.sparse_lanes);
   }
   // K-blocks: a pixel tile of the kernel reads, per input channel, its tile of every phase plane
   // plus the taps' reach (halo rows and columns). A 3x3 layer's channels overflow L1 at 64
