@@ -1,5 +1,5 @@
 // The thread team's view of the machine (runtime/topology.h) and the NUMA-aware tile queue
-// (runtime/depthwise/tile_queue.h), checked on hwloc synthetic topologies: machines with several
+// (runtime/tile_queue.h), checked on hwloc synthetic topologies: machines with several
 // packages and NUMA nodes that this one is not.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "runtime/depthwise/replicas.h"
-#include "runtime/depthwise/tile_queue.h"
+#include "runtime/tile_queue.h"
 #include "runtime/topology.h"
 #include "sparsecol/sparsecol.h"
 
@@ -45,7 +45,7 @@ TEST(Topology, WorkersWrapAroundTheCores) {
 TEST(TileQueue, ThreadsTakeTheirNodesImagesFirst) {
   const Topology t = synthetic_topology(kTwoByTwo);
   const std::vector<int> nodes = thread_nodes(t, 32);
-  depthwise::TileQueue queue(nodes, 16, 5);
+  TileQueue queue(nodes, 16, 5);
   for (int64_t image = 0; image < 16; ++image) EXPECT_EQ(queue.node_of_image(image), image / 4);
   for (int thread = 0; thread < 32; ++thread) {
     const int64_t tile = queue.next(thread);
@@ -59,7 +59,7 @@ TEST(TileQueue, ThreadsTakeTheirNodesImagesFirst) {
 // busy node's threads steal the other nodes' tiles.
 TEST(TileQueue, EveryTileOnceEvenWhenOneNodeWorks) {
   const std::vector<int> nodes = thread_nodes(synthetic_topology(kTwoByTwo), 32);
-  depthwise::TileQueue queue(nodes, 7, 3);
+  TileQueue queue(nodes, 7, 3);
   std::vector<int> seen(static_cast<std::size_t>(queue.tiles()), 0);
   for (int64_t tile; (tile = queue.next(9)) >= 0;) ++seen[static_cast<std::size_t>(tile)];
   for (int count : seen) EXPECT_EQ(count, 1);
@@ -69,7 +69,7 @@ TEST(TileQueue, EveryTileOnceEvenWhenOneNodeWorks) {
 
 TEST(TileQueue, EveryTileOnceUnderConcurrentThreads) {
   const std::vector<int> nodes = thread_nodes(synthetic_topology("numa:2 core:4 pu:1"), 8);
-  depthwise::TileQueue queue(nodes, 13, 17);
+  TileQueue queue(nodes, 13, 17);
   std::vector<std::atomic<int>> seen(static_cast<std::size_t>(queue.tiles()));
   std::vector<std::thread> team;
   for (int thread = 0; thread < 8; ++thread) {
@@ -84,7 +84,7 @@ TEST(TileQueue, EveryTileOnceUnderConcurrentThreads) {
 // One node (this machine): every image on node 0, each thread a contiguous run of tiles (what
 // the rolling line buffers need); a thread whose run is done steals the rest of another's.
 TEST(TileQueue, OneNodeGivesEachThreadAContiguousRun) {
-  depthwise::TileQueue queue({0, 0}, 1, 4);
+  TileQueue queue({0, 0}, 1, 4);
   EXPECT_EQ(queue.initial_range(0), (std::pair<int64_t, int64_t>{0, 2}));
   EXPECT_EQ(queue.initial_range(1), (std::pair<int64_t, int64_t>{2, 4}));
   EXPECT_EQ(queue.next(1), 2);
@@ -99,7 +99,7 @@ TEST(TileQueue, OneNodeGivesEachThreadAContiguousRun) {
 // stolen half again in order), so that its tiles come in few runs.
 TEST(TileQueue, RangesPartitionTheTilesAndStealingKeepsRuns) {
   const std::vector<int> nodes = thread_nodes(synthetic_topology(kTwoByTwo), 32);
-  depthwise::TileQueue queue(nodes, 16, 6);
+  TileQueue queue(nodes, 16, 6);
   std::vector<int> owner(static_cast<std::size_t>(queue.tiles()), -1);
   for (int thread = 0; thread < 32; ++thread) {
     const auto [first, last] = queue.initial_range(thread);
@@ -124,7 +124,7 @@ TEST(TileQueue, RangesPartitionTheTilesAndStealingKeepsRuns) {
 
 // A batch smaller than the team: some threads start with nothing and steal.
 TEST(TileQueue, ThreadsWithoutTilesSteal) {
-  depthwise::TileQueue queue({0, 0, 0, 0}, 1, 2);
+  TileQueue queue({0, 0, 0, 0}, 1, 2);
   EXPECT_EQ(queue.initial_range(0).second - queue.initial_range(0).first, 0);
   std::vector<int> seen(2, 0);
   for (int thread = 0; thread < 4; ++thread) {

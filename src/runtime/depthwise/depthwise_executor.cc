@@ -26,9 +26,9 @@
 #include "plan/tile_plan.h"
 #include "runtime/depthwise/replicas.h"
 #include "runtime/depthwise/tile_kernels.h"
-#include "runtime/depthwise/tile_queue.h"
 #include "runtime/executor.h"
 #include "runtime/layerwise/steps.h"
+#include "runtime/tile_queue.h"
 #include "runtime/topology.h"
 
 namespace sparsecol::runtime {
@@ -157,7 +157,7 @@ class DepthwiseExecutor final : public Executor {
     // Per weight copy (replicas_), per op.
     std::vector<std::vector<std::unique_ptr<depthwise::TileKernel>>> kernels;
     std::vector<std::vector<Source>> sources;  // per op, per node input
-    std::unique_ptr<depthwise::TileQueue> queue;
+    std::unique_ptr<TileQueue> queue;
     // Op i's tile buffer: its byte offset in a thread's arena, and the distance between its
     // channel planes in floats (fixed per buffer: rows kept from the previous tile stay put
     // while the next tile's rows are computed below them).
@@ -240,7 +240,7 @@ class DepthwiseExecutor final : public Executor {
       }
       run.sources.push_back(std::move(sources));
     }
-    run.queue = std::make_unique<depthwise::TileQueue>(thread_nodes_, c.batch, c.tiles_per_image);
+    run.queue = std::make_unique<TileQueue>(thread_nodes_, c.batch, c.tiles_per_image);
     layout_tile_buffers(run);
   }
 

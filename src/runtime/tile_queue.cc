@@ -1,4 +1,4 @@
-#include "runtime/depthwise/tile_queue.h"
+#include "runtime/tile_queue.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,7 +7,7 @@
 
 #include "sparsecol/sparsecol.h"
 
-namespace sparsecol::runtime::depthwise {
+namespace sparsecol::runtime {
 
 namespace {
 
@@ -118,4 +118,4 @@ std::pair<int64_t, int64_t> TileQueue::initial_range(int thread) const {
   return initial_.at(static_cast<std::size_t>(thread));
 }
 
-}  // namespace sparsecol::runtime::depthwise
+}  // namespace sparsecol::runtime

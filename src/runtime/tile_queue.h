@@ -7,6 +7,10 @@
 // when its range is empty it steals the back half of another thread's range, its own node's
 // first, so that no thread idles while tiles remain. Which thread runs a tile never changes its
 // result: every output element is computed the same way wherever it runs.
+//
+// The layer-by-layer schedule hands out its tasks (images or row blocks, in order) through the
+// same queue (layerwise/steps.cc, parallel_for): a thread then runs the same images in every
+// layer and reads what it wrote itself, from its own caches.
 #pragma once
 
 #include <atomic>
@@ -15,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace sparsecol::runtime::depthwise {
+namespace sparsecol::runtime {
 
 class TileQueue {
  public:
@@ -53,4 +57,4 @@ class TileQueue {
   std::unique_ptr<Range[]> ranges_;                   // per thread
 };
 
-}  // namespace sparsecol::runtime::depthwise
+}  // namespace sparsecol::runtime
