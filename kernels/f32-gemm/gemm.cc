@@ -19,15 +19,20 @@
 // within noise (0.85-1.13x, no consistent sign); packing B row by row instead of strip by strip
 // 0.80-1.17x; aligning the packed B strips to 64 bytes, within noise (0.94-1.11x).
 //
-// Why B is packed (the micro-kernel reads it at whatever stride it is given): in place, a strip
-// is KC rows ldb floats apart, and the leading dimensions real layers have map those rows onto a
-// few cache sets. L1 is 8-way with 64 sets of 64 bytes (Zen 3 and Zen 5 alike), so a row stride
-// that is a multiple of 4 KiB (BERT's N = 3072: 12 KiB) puts every row in one set, and every row
-// is in another 4 KiB page. Measured on BERT's 128 x 768 x 3072 layer: 63 GFLOP/s packed, 39 in
-// place. Packing costs one copy of B per call, repaid when at least two A panels (m > MR) reuse
-// each strip; a single panel reads B in place. A B that is itself computed (a convolution's
-// im2col) is written straight into full-depth strips by its producer (pack_b_strip_rows) and
-// read in place (gemm_packed_strips), as is a linear layer's weight packed at load (PackedB).
+// When B is packed (the micro-kernel reads it at whatever stride it is given): in place, a strip
+// is KC rows ldb floats apart, and a row stride that is a multiple of 2 KiB maps every row onto
+// one or two cache sets (L1 is 64 sets of 64 bytes, a 4 KiB period, on Zen 3 and Zen 5 alike), so
+// that the strip's rows evict each other: BERT's N = 3072 (12 KiB) ran at 63 GFLOP/s packed and
+// 39 in place (Zen 3), and N = 3072 and 1024 at 0.72-0.8x in place on Zen 5. Every other stride
+// is read in place: packing copies all of B once per call, and with the rows spread over the
+// sets the strips stream from L2 as fast as packed ones. In place against packed, one thread,
+// Zen 5 (bench/gemm_bench.cc, conv_bench.cc, two alternated runs): MobileNetV2's pointwise
+// layers with few output channels 1.27-1.46x (M16 x K32 at 112x112, M24 x K144 at 56x56, even at
+// 12544-float rows that fall into only four sets), ResNet-50's 64- and 128-row 1x1 layers
+// 1.09-1.15x, BERT's 768-wide products 1.05-1.1x, the rest (many rows, short planes) equal. A B
+// that is itself computed (a convolution's im2col) is written straight into full-depth strips by
+// its producer (pack_b_strip_rows) and read in place (gemm_packed_strips), as is a linear
+// layer's weight packed at load (PackedB).
 #include "f32-gemm/gemm.h"
 
 #include <algorithm>
@@ -254,7 +259,9 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
   const Blocking blocking = choose_blocking(ukernel, k);
   const int64_t kc = blocking.kc, mc = blocking.mc, nc = blocking.nc;
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(k, kc));
-  const bool pack_b = !b.strips && b.row_offsets == nullptr && m > mr && k > 0;
+  constexpr int64_t kAliasingRowBytes = 2048;  // see "When B is packed" above
+  const bool pack_b = !b.strips && b.row_offsets == nullptr && m > mr && k > 0 &&
+                      b.ldb * static_cast<int64_t>(sizeof(float)) % kAliasingRowBytes == 0;
   // One buffer per thread: callers run this on several threads at once, one region each.
   thread_local std::vector<float> packed_b_scratch;
   float* packed_b =

@@ -49,8 +49,10 @@ struct GemmShape {
 
 // A weight matrix as the B operand (a linear layer's [K x N], A being its activations) packed
 // once at load: strips of the micro-kernel's NR columns, each K rows of NR floats, the last one
-// zero-padded. gemm() packs B into such strips on every call (per block of K and N); a call on a
-// PackedB reads them in place, for any block of K and any columns that start a strip.
+// zero-padded. gemm() reads a plain B in place, or packs it into such strips on every call (per
+// block of K and N) where its row stride would map the rows onto one or two cache sets
+// (gemm.cc); a call on a PackedB reads the strips in place, for any block of K and any columns
+// that start a strip.
 // Immutable after packing: shared by all threads.
 class PackedB {
  public:

@@ -46,10 +46,12 @@ constexpr EpilogueVariant kVariants[] = {
     {"residual+gelu", false, false, true, Activation::kNone, Activation::kGelu},
 };
 
-// One randomized problem: operands at random offsets inside larger buffers, wide strides.
+// One randomized problem: operands at random offsets inside larger buffers, wide strides (B's
+// row stride `ldb` where one is given).
 class Problem {
  public:
-  Problem(int64_t m, int64_t n, int64_t k, const EpilogueVariant& variant, std::mt19937& rng)
+  Problem(int64_t m, int64_t n, int64_t k, const EpilogueVariant& variant, std::mt19937& rng,
+          int64_t ldb = 0)
       : m_(m), n_(n), k_(k) {
     std::uniform_int_distribution<int64_t> pad(0, 5), offset(0, 15);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -58,7 +60,7 @@ class Problem {
       for (float& x : v) x = value(rng);
     };
     lda_ = k + pad(rng);
-    ldb_ = n + pad(rng);
+    ldb_ = ldb > 0 ? ldb : n + pad(rng);
     ldc_ = n + pad(rng);
     a_offset_ = offset(rng);
     b_offset_ = offset(rng);
@@ -190,6 +192,26 @@ TEST_P(GemmUkernelTest, EveryEpilogueVariantOnLayerLikeShapes) {
                         c.data() + problem.c_offset(), problem.ldc(), problem.epilogue(), scratch);
       EXPECT_EQ(problem.check(c), "") << u.name << " " << describe(shape, variant);
     }
+  }
+}
+
+// B rows a multiple of 2 KiB apart are packed into strips per call (the other strides are read in
+// place, as in the tests above): both ways give the reference's results.
+TEST_P(GemmUkernelTest, BPackedWhereItsRowsWouldShareCacheSets) {
+  const GemmUkernel& u = ukernel();
+  std::mt19937 rng(7);
+  std::vector<float> scratch;
+  const struct {
+    GemmShape shape;
+    int64_t ldb;
+  } cases[] = {{{20, 300, 70}, 512}, {{67, 1100, 300}, 2048}, {{2 * u.mr + 1, 33, 5}, 1024}};
+  for (const auto& [shape, ldb] : cases) {
+    const EpilogueVariant& variant = kVariants[4];
+    const Problem problem(shape.m, shape.n, shape.k, variant, rng, ldb);
+    std::vector<float> c = problem.fresh_c();
+    gemm_with_ukernel(u, problem.shape(), problem.a(), problem.lda(), problem.b(), problem.ldb(),
+                      c.data() + problem.c_offset(), problem.ldc(), problem.epilogue(), scratch);
+    EXPECT_EQ(problem.check(c), "") << u.name << " " << describe(shape, variant) << " ldb " << ldb;
   }
 }
 
