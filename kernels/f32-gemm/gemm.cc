@@ -1,10 +1,10 @@
 // The GEMM driver: ISA dispatch, packing of A and B, and cache blocking around a micro-kernel.
 //
-// Loop nest: N blocks of NC columns > K blocks of KC > pack the KC x NC block of B into NR-wide
-// strips > M blocks of MC rows > MR-row panels of A > NR-wide strips of B > micro-kernel. The
-// MR x KC panel of A (6 KiB for 6x16 at KC = 256) stays in L1 while the strips of the B block
-// stream past it from L2 in address order (the packed block is contiguous: one stream for the
-// prefetchers); the packed B block stays in L2 across the panels and M blocks.
+// Loop nest: N blocks of NC columns > K blocks of KC > (where B is packed: pack the KC x NC block
+// of B into NR-wide strips) > M blocks of MC rows > MR-row panels of A > NR-wide strips of B >
+// micro-kernel. The MR x KC panel of A (6 KiB for 6x16 at KC = 256) stays in L1 while the strips
+// of the B block stream past it from L2; the B block stays in L2 across the panels and M blocks.
+// When B is packed and when it is read in place: below.
 //
 // Why panels outside strips (the other BLIS order keeps a B strip in L1 across panels): it
 // writes C row by row, MR rows at a time, instead of 64 bytes of each of MC rows, which matters
@@ -202,9 +202,9 @@ void pack_a_panels(const float* a, int64_t m, int64_t k, int64_t lda, int mr, fl
 
 namespace {
 
-// The B operand of the blocked driver: row-major, ldb apart (packed per call into strips where
-// several panels of A share it), or already in full-depth strips of NR columns (PackedB): the
-// strip of column j at data + j / NR * k * NR.
+// The B operand of the blocked driver: row-major, ldb apart (read in place, or packed per call
+// into strips where its rows would share cache sets: "When B is packed" above), or already in
+// full-depth strips of NR columns (PackedB): the strip of column j at data + j / NR * k * NR.
 struct BOperand {
   const float* data = nullptr;
   int64_t ldb = 0;
