@@ -37,7 +37,7 @@ struct Avx512 {
 
 }  // namespace
 
-void f32_gemm_8x32__avx512(const GemmUkernelArgs& args) { ukernel<Avx512, 8, 2>(args); }
+void f32_gemm_8x32__avx512(const GemmUkernelArgs& args) { ukernel<Avx512, 8, 2, true>(args); }
 void f32_gemm_6x64__avx512(const GemmUkernelArgs& args) { ukernel<Avx512, 6, 4>(args); }
 
 }  // namespace sparsecol::kernels

@@ -18,6 +18,13 @@
 
 namespace sparsecol::kernels {
 
+// The most columns past a tile's vectors that a micro-kernel with extra columns computes by
+// broadcasts (GemmUkernelArgs::extra): a strip's last vector holding 1 to 4 valid columns (the
+// 4 left of a 196-pixel 14x14 plane after 6 strips of 32, the 1 of a 49-pixel 7x7 plane after
+// 3 vectors) cost as much as a full one, its MR broadcasts and MR FMAs per k step mostly
+// computing lanes past the matrix.
+inline constexpr int kMaxExtraColumns = 4;
+
 struct GemmUkernelArgs {
   int64_t k = 0;             // depth of this call (one block of K; may be 0)
   const float* a = nullptr;  // packed panel: k steps of MR floats
@@ -39,6 +46,12 @@ struct GemmUkernelArgs {
   // An indirect B (gemm_packed_row_offsets), when set and taps == 0: k step p reads B's row at
   // b + b_row_offsets[p] (ldb unused).
   const int64_t* b_row_offsets = nullptr;
+  // Extra columns (GemmUkernel::extra_columns > 0 only; not with b_row_offsets): the tile's
+  // columns [n, n + extra) too, n then a multiple of the vector width (n may be NR), read from
+  // the same rows of B as the others (b + n + e, ldb apart; never from strips); with taps, their
+  // mask bits are the strip's bits n + e (past NR: the next strip's word, tap_masks[taps + t],
+  // bit n + e - NR).
+  int64_t extra = 0;
 };
 
 using GemmUkernelFn = void (*)(const GemmUkernelArgs& args);
@@ -52,16 +65,21 @@ struct GemmUkernel {
   const char* name;
   Isa isa;
   int mr, nr;
+  int lanes;          // floats per vector
+  int extra_columns;  // the most GemmUkernelArgs::extra it takes (0: none)
   GemmUkernelFn fn;
   GemmPackBFn pack_b;
 };
 
-// name, ISA, MR, NR. Within an ISA the first entry is the one selection uses; the others are
-// alternatives kept tested and benchmarked (bench/gemm_bench.cc compares them).
+// name, ISA, MR, NR, vector lanes, extra columns (0 or kMaxExtraColumns). Within an ISA the first
+// entry is the one selection uses; the others are alternatives kept tested and benchmarked
+// (bench/gemm_bench.cc compares them).
 //  - 8x32 avx512: 16 zmm accumulators, 2 FMA pipes x 4-cycle latency (Zen 5) need >= 8 in flight;
 //    a KC=256 B strip (256 x 32 floats = 32 KiB) stays in the 48 KiB L1 across the A panels.
+//    With extra columns: + the panel vector, 4 sums and a broadcast, 25 of the 32 registers.
 //  - 6x64 avx512: 24 accumulators, fewer loads per FMA (10 per 24 instead of 10 per 16), but its
-//    B strip needs KC <= 128 to fit L1 and it wastes more on narrow N tails.
+//    B strip needs KC <= 128 to fit L1 and it wastes more on narrow N tails. No extra columns:
+//    its 29 registers leave no room for them (nor do the AVX2 kernels' 15 and 16 of 16).
 //  - 6x16 avx2: AVX2 has 16 ymm registers: 12 accumulators + 2 B vectors + 1 broadcast = 15.
 //    Zen 3 has 2 FMA pipes x 4-cycle latency, so >= 8 independent FMAs must be in flight; 12
 //    are. Per k step: 2 B loads + 6 broadcasts for 12 FMAs (8 loads per 6 FMA cycles, within
@@ -69,14 +87,15 @@ struct GemmUkernel {
 //  - 4x24 avx2: also 12 accumulators + 3 B vectors + 1 broadcast = 16, fewer loads (7 per 12
 //    FMAs) but 24-column strips waste more on N tails and M=64 is 16 panels instead of 11.
 //  - 4x8 portable: x86-64-v2 has 16 xmm registers: 8 accumulators + 2 B vectors + a broadcast.
-#define SPARSECOL_F32_GEMM_UKERNELS(X)          \
-  X(f32_gemm_8x32__avx512, Isa::kAvx512, 8, 32) \
-  X(f32_gemm_6x64__avx512, Isa::kAvx512, 6, 64) \
-  X(f32_gemm_6x16__avx2, Isa::kAvx2, 6, 16)     \
-  X(f32_gemm_4x24__avx2, Isa::kAvx2, 4, 24)     \
-  X(f32_gemm_4x8__portable, Isa::kPortable, 4, 8)
+#define SPARSECOL_F32_GEMM_UKERNELS(X)                 \
+  X(f32_gemm_8x32__avx512, Isa::kAvx512, 8, 32, 16, 4) \
+  X(f32_gemm_6x64__avx512, Isa::kAvx512, 6, 64, 16, 0) \
+  X(f32_gemm_6x16__avx2, Isa::kAvx2, 6, 16, 8, 0)      \
+  X(f32_gemm_4x24__avx2, Isa::kAvx2, 4, 24, 8, 0)      \
+  X(f32_gemm_4x8__portable, Isa::kPortable, 4, 8, 4, 0)
 
-#define SPARSECOL_DECLARE_UKERNEL(name, isa, mr, nr) void name(const GemmUkernelArgs& args);
+#define SPARSECOL_DECLARE_UKERNEL(name, isa, mr, nr, lanes, extra) \
+  void name(const GemmUkernelArgs& args);
 SPARSECOL_F32_GEMM_UKERNELS(SPARSECOL_DECLARE_UKERNEL)
 #undef SPARSECOL_DECLARE_UKERNEL
 
