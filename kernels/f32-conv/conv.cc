@@ -148,27 +148,25 @@ void im2col(const ConvGeometry& g, const PlaneView& src, int64_t c0, int64_t cha
   for (int64_t c = 0; c < channels; ++c) {
     const float* plane = src.data + (c0 + c) * src.plane_stride;
     for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+      // Output rows [o0, o1) read an input row inside the image; the others are all padding.
+      const int64_t off_h = ky * g.dilation_h - g.pad_top;
+      int64_t o0 = 0, o1 = 0;
+      valid_range(oh_end, g.stride_h, off_h, g.in_h, &o0, &o1);
+      o0 = std::max(o0, oh_begin);
+      o1 = std::max(o1, o0);
       for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
         float* row = cols + ((c * g.kernel_h + ky) * g.kernel_w + kx) * n;
         const int64_t off_w = kx * g.dilation_w - g.pad_left;
         int64_t x0 = 0, x1 = 0;
         valid_range(g.out_w, g.stride_w, off_w, g.in_w, &x0, &x1);
-        for (int64_t oh = oh_begin; oh < oh_end; ++oh) {
-          float* out = row + (oh - oh_begin) * g.out_w;
-          const int64_t ih = oh * g.stride_h - g.pad_top + ky * g.dilation_h;
-          if (ih < 0 || ih >= g.in_h) {
-            std::fill_n(out, g.out_w, 0.0f);
-            continue;
-          }
-          const float* in = plane + (ih - src.row0) * g.in_w + off_w;
-          std::fill(out, out + x0, 0.0f);
-          if (g.stride_w == 1) {
-            std::memcpy(out + x0, in + x0, static_cast<std::size_t>(x1 - x0) * sizeof(float));
-          } else if (x1 > x0) {
-            copy_strided(in + x0 * g.stride_w, g.stride_w, x1 - x0, out + x0);
-          }
-          std::fill(out + x1, out + g.out_w, 0.0f);
+        std::fill(row, row + (o0 - oh_begin) * g.out_w, 0.0f);
+        if (o1 > o0) {
+          gather_rows(
+              plane + (o0 * g.stride_h + off_h - src.row0) * g.in_w + off_w + x0 * g.stride_w,
+              g.stride_h * g.in_w, g.stride_w, o1 - o0, x0, x1, g.out_w,
+              row + (o0 - oh_begin) * g.out_w, g.out_w);
         }
+        std::fill(row + (o1 - oh_begin) * g.out_w, row + (oh_end - oh_begin) * g.out_w, 0.0f);
       }
     }
   }
@@ -586,24 +584,19 @@ void fill_phases(const ConvGeometry& g, const PlaneView& src, int64_t r0, int64_
             std::min(phase_w, std::max<int64_t>(0, g.pad_left - b + g.stride_w - 1) / g.stride_w);
         const int64_t end = std::clamp<int64_t>(
             (g.in_w + g.pad_left - b + g.stride_w - 1) / g.stride_w, first, phase_w);
-        for (int64_t i = 0; i < rows; ++i) {
-          float* row = plane + i * phase_w;
-          const int64_t ih = r0 * g.stride_h - g.pad_top + i * g.stride_h + a;
-          if (ih < 0 || ih >= last_row) {
-            std::fill_n(row, phase_w, 0.0f);
-            continue;
-          }
-          const float* in = src.data + c * src.plane_stride + (ih - src.row0) * g.in_w;
-          std::fill(row, row + first, 0.0f);
-          if (g.stride_w == 1 && end > first) {  // one phase: a copy; first >= pad_left here
-            std::memcpy(row + first, in + first - g.pad_left,
-                        static_cast<std::size_t>(end - first) * sizeof(float));
-          } else if (end > first) {
-            copy_strided(in + first * g.stride_w + b - g.pad_left, g.stride_w, end - first,
-                         row + first);
-          }
-          std::fill(row + end, row + phase_w, 0.0f);
+        // Phase rows [i0, i1) hold input rows in [0, last_row); the others are zeros.
+        const int64_t offset = r0 * g.stride_h - g.pad_top + a;
+        int64_t i0 = 0, i1 = 0;
+        valid_range(rows, g.stride_h, offset, last_row, &i0, &i1);
+        std::fill_n(plane, i0 * phase_w, 0.0f);
+        if (i1 > i0) {
+          gather_rows(src.data + c * src.plane_stride +
+                          (offset + i0 * g.stride_h - src.row0) * g.in_w + first * g.stride_w + b -
+                          g.pad_left,
+                      g.stride_h * g.in_w, g.stride_w, i1 - i0, first, end, phase_w,
+                      plane + i0 * phase_w, phase_w);
         }
+        std::fill(plane + i1 * phase_w, plane + rows * phase_w, 0.0f);
       }
     }
   }
@@ -692,9 +685,8 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
         std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
         continue;
       }
-      for (int64_t oh = oh_begin; oh < oh_end; ++oh, to += g.out_w, from += g.stride_h * g.in_w) {
-        copy_strided(from, g.stride_w, g.out_w, to);
-      }
+      gather_rows(from, g.stride_h * g.in_w, g.stride_w, oh_end - oh_begin, 0, g.out_w, g.out_w, to,
+                  g.out_w);
     }
     product(planes, n, out, dst.plane_stride, e, packed);
     return;
@@ -772,11 +764,15 @@ const float* fill_tap_phases(const ConvGeometry& g, const PackedConv::Impl& impl
       const int64_t a = impl.tap_phases[s] / g.stride_w, b = impl.tap_phases[s] % g.stride_w;
       const int64_t columns = (g.in_w - b + g.stride_w - 1) / g.stride_w;
       float* plane = planes + (c * phases + s) * *plane_floats;
-      for (int64_t i = 0; i < rows; ++i) {
-        const int64_t ih = (oh_begin + row_lo + i) * g.stride_h + a;
-        if (ih < first || ih >= last) continue;  // outside the image or read by no tap
-        copy_strided(src.data + c * src.plane_stride + (ih - src.row0) * g.in_w + b, g.stride_w,
-                     columns, plane + i * g.out_w);
+      // Rows [i0, i1) lie inside the image and are read by some tap.
+      const int64_t offset = (oh_begin + row_lo) * g.stride_h + a - first;
+      int64_t i0 = 0, i1 = 0;
+      valid_range(rows, g.stride_h, offset, last - first, &i0, &i1);
+      if (i1 > i0) {
+        gather_rows(src.data + c * src.plane_stride +
+                        (offset + first + i0 * g.stride_h - src.row0) * g.in_w + b,
+                    g.stride_h * g.in_w, g.stride_w, i1 - i0, 0, columns, columns,
+                    plane + i0 * g.out_w, g.out_w);
       }
     }
   }

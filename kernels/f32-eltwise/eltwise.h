@@ -37,15 +37,21 @@ enum class UnaryKind { kRelu, kClip, kGelu, kSigmoid, kTanh, kErf, kExp, kSqrt, 
 void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
                 int64_t rows, int64_t n, float lo = 0.0f, float hi = 0.0f, Isa isa = active_isa());
 
-// out[x] = in[x * stride] for x in [0, count): the strided gathers of the convolutions' im2col,
-// phase planes and strided 1x1 layers (f32-conv/conv.cc), one input row at a time. Stride 2
-// takes the even lanes of two vector loads per vector of outputs; reads stay within in[0,
-// (count - 1) * stride]. `isa` is capped at active_isa(). The scalar loop was a quarter of
-// ResNet-50's stem (perf, one thread); SSE even lanes (4 per step) made the stems 1.14-1.17x
-// faster, and a zmm step of 16 (one vpermt2ps) MobileNetV2's stem 1.07x more, where the copy had
-// grown to a third of its time (bench/conv_bench.cc, 16 images, one thread, Zen 5).
-void copy_strided(const float* in, int64_t stride, int64_t count, float* out,
-                  Isa isa = active_isa());
+// Rows of a strided gather into zero-padded rows, for r in [0, rows):
+//   out[r * out_ld + x] = in[r * in_ld + (x - first) * stride]  for x in [first, last),
+//   out[r * out_ld + x] = 0                                      for x in [0, first), [last,
+//   width).
+// The strided gathers of the convolutions' im2col, phase planes and strided 1x1 layers
+// (f32-conv/conv.cc), a whole block of rows per call. Stride 2 takes the even lanes of two vector
+// loads per vector of outputs, the last vector of a row through masked loads and stores; reads
+// stay within in[r * in_ld + (last - first - 1) * stride]. `isa` is capped at active_isa().
+// The scalar loop was a quarter of ResNet-50's stem (perf, one thread); SSE even lanes (4 per
+// step) made the stems 1.14-1.17x faster, and a zmm step of 16 (one vpermt2ps) MobileNetV2's stem
+// 1.07x more, where the copy had grown to a third of its time (bench/conv_bench.cc, 16 images, one
+// thread, Zen 5). One row per call (28 outputs: one vector and 12 scalar copies, the dispatch and
+// the zero edges per row) was 40% of ResNet-50's stride-2 3x3 layer at 90% sparsity.
+void gather_rows(const float* in, int64_t in_ld, int64_t stride, int64_t rows, int64_t first,
+                 int64_t last, int64_t width, float* out, int64_t out_ld, Isa isa = active_isa());
 
 // dst[c * ldd + r] = src[r * lds + c] for a rows x cols block (a 2-D transpose between strided
 // views): 4 x 4 blocks transposed in SSE registers (the x86-64-v2 baseline) within 16 x 16

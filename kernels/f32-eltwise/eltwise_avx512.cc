@@ -13,8 +13,9 @@ void unary_rows_avx512(UnaryKind kind, const float* src, int64_t src_ld, float* 
   unary_rows_impl(kind, src, src_ld, dst, dst_ld, rows, n, lo, hi);
 }
 
-void copy_strided_avx512(const float* in, int64_t stride, int64_t count, float* out) {
-  copy_strided_impl(in, stride, count, out);
+void gather_rows_avx512(const float* in, int64_t in_ld, int64_t stride, int64_t rows, int64_t first,
+                        int64_t last, int64_t width, float* out, int64_t out_ld) {
+  gather_rows_impl(in, in_ld, stride, rows, first, last, width, out, out_ld);
 }
 
 }  // namespace sparsecol::kernels::detail

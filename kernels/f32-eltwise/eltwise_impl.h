@@ -117,16 +117,43 @@ inline void unary_rows_impl(UnaryKind kind, const float* src, int64_t src_ld, fl
   }
 }
 
-// Stride 2: the vector loop stops while a next vector's second load could pass in[2 * count - 2],
-// the last element the scalar loop reads.
-inline void copy_strided_impl(const float* in, int64_t stride, int64_t count, float* out) {
+// Stride 2 reads 2 * count - 1 floats per row: whole vector pairs while they stay within them,
+// then masked loads of what is left.
+inline void gather_row(const float* in, int64_t stride, int64_t count, float* out) {
   int64_t x = 0;
+  if (stride == 1) {
+    for (; x + kLanes <= count; x += kLanes) store(out + x, load(in + x));
+    if (x < count) store_partial(out + x, load_partial(in + x, count - x), count - x);
+    return;
+  }
   if (stride == 2) {
     for (; x + kLanes < count; x += kLanes) {
       store(out + x, even_lanes(load(in + 2 * x), load(in + 2 * x + kLanes)));
     }
+    const int64_t left = count - x, reads = 2 * left - 1;  // 1 <= left <= kLanes
+    if (left > 0) {
+      const Vec lo = reads >= kLanes ? load(in + 2 * x) : load_partial(in + 2 * x, reads);
+      const Vec hi =
+          reads > kLanes ? load_partial(in + 2 * x + kLanes, reads - kLanes) : splat(0.0f);
+      if (left == kLanes) {
+        store(out + x, even_lanes(lo, hi));
+      } else {
+        store_partial(out + x, even_lanes(lo, hi), left);
+      }
+    }
+    return;
   }
   for (; x < count; ++x) out[x] = in[x * stride];
+}
+
+inline void gather_rows_impl(const float* in, int64_t in_ld, int64_t stride, int64_t rows,
+                             int64_t first, int64_t last, int64_t width, float* out,
+                             int64_t out_ld) {
+  for (int64_t r = 0; r < rows; ++r, in += in_ld, out += out_ld) {
+    for (int64_t x = 0; x < first; ++x) out[x] = 0.0f;
+    if (last > first) gather_row(in, stride, last - first, out + first);
+    for (int64_t x = std::max(first, last); x < width; ++x) out[x] = 0.0f;
+  }
 }
 
 }  // namespace

@@ -15,8 +15,10 @@ void binary_rows_avx512(BinaryKind kind, const RowOperand& a, const RowOperand& 
 void unary_rows_avx512(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
                        int64_t rows, int64_t n, float lo, float hi);
 
-void copy_strided_avx2(const float* in, int64_t stride, int64_t count, float* out);
-void copy_strided_avx512(const float* in, int64_t stride, int64_t count, float* out);
+void gather_rows_avx2(const float* in, int64_t in_ld, int64_t stride, int64_t rows, int64_t first,
+                      int64_t last, int64_t width, float* out, int64_t out_ld);
+void gather_rows_avx512(const float* in, int64_t in_ld, int64_t stride, int64_t rows, int64_t first,
+                        int64_t last, int64_t width, float* out, int64_t out_ld);
 
 }  // namespace detail
 
@@ -44,14 +46,15 @@ void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, in
   }
 }
 
-void copy_strided(const float* in, int64_t stride, int64_t count, float* out, Isa isa) {
+void gather_rows(const float* in, int64_t in_ld, int64_t stride, int64_t rows, int64_t first,
+                 int64_t last, int64_t width, float* out, int64_t out_ld, Isa isa) {
   switch (effective_isa(isa)) {
     case Isa::kAvx512:
-      return detail::copy_strided_avx512(in, stride, count, out);
+      return detail::gather_rows_avx512(in, in_ld, stride, rows, first, last, width, out, out_ld);
     case Isa::kAvx2:
-      return detail::copy_strided_avx2(in, stride, count, out);
+      return detail::gather_rows_avx2(in, in_ld, stride, rows, first, last, width, out, out_ld);
     case Isa::kPortable:
-      return copy_strided_impl(in, stride, count, out);
+      return gather_rows_impl(in, in_ld, stride, rows, first, last, width, out, out_ld);
   }
 }
 
