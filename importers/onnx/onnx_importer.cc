@@ -416,6 +416,28 @@ class Importer {
     }
   }
 
+  // The shape `name` is declared with as a graph input or in value_info, or an initializer's
+  // dims; nullopt where none is known before shape inference (graph_'s values take declared
+  // shapes only after it, in apply_value_types). Unknown dimensions are -1.
+  static std::optional<std::vector<int64_t>> static_shape(const onnx::GraphProto& proto,
+                                                          const std::string& name) {
+    for (const onnx::TensorProto& tensor : proto.initializer()) {
+      if (tensor.name() == name)
+        return std::vector<int64_t>(tensor.dims().begin(), tensor.dims().end());
+    }
+    for (const auto* infos : {&proto.input(), &proto.value_info()}) {
+      for (const onnx::ValueInfoProto& info : *infos) {
+        if (info.name() != name || !info.type().tensor_type().has_shape()) continue;
+        std::vector<int64_t> dims;
+        for (const onnx::TensorShapeProto_Dimension& d : info.type().tensor_type().shape().dim()) {
+          dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+        }
+        return dims;
+      }
+    }
+    return std::nullopt;
+  }
+
   // ONNX 1.12's shape inference for LayerNormalization normalizes `axis` against X's rank and
   // then reads X's dimensions up to it unchecked: a scalar X (found by the importer fuzzer)
   // crashed inside libonnx. Where X's rank is declared, the axis must fall inside it.
@@ -425,60 +447,51 @@ class Importer {
           !(node.domain().empty() || node.domain() == "ai.onnx")) {
         continue;
       }
-      // X's rank where it is declared (a graph input or value_info) or an initializer's.
-      std::optional<int64_t> rank;
-      for (const auto* infos : {&proto.input(), &proto.value_info()}) {
-        for (const onnx::ValueInfoProto& info : *infos) {
-          if (info.name() == node.input(0) && info.type().tensor_type().has_shape()) {
-            rank = info.type().tensor_type().shape().dim_size();
-          }
-        }
-      }
-      for (const onnx::TensorProto& tensor : proto.initializer()) {
-        if (tensor.name() == node.input(0)) rank = tensor.dims_size();
-      }
-      if (!rank) continue;
+      const std::optional<std::vector<int64_t>> shape = static_shape(proto, node.input(0));
+      if (!shape) continue;
+      const auto rank = static_cast<int64_t>(shape->size());
       int64_t axis = -1;
       for (const onnx::AttributeProto& attr : node.attribute()) {
         if (attr.name() == "axis") axis = attr.i();
       }
-      if (axis < -*rank || axis >= *rank) {
+      if (axis < -rank || axis >= rank) {
         fail(ErrorCode::kInvalidModel,
              fmt::format("node '{}' (LayerNormalization): axis {} is outside input '{}' of rank {}",
-                         node.name(), axis, node.input(0), *rank));
+                         node.name(), axis, node.input(0), rank));
       }
     }
   }
 
   // ONNX 1.12's shape inference for a convolution without a kernel_shape attribute takes the
   // kernel from W's shape and then indexes X's spatial dimensions by it unchecked: a W of
-  // higher rank than X (a rank-2 X into a 2-D convolution, found by the importer fuzzer) read
-  // past X's shape and crashed inside libonnx. Where W's shape is known here (an initializer or
-  // a declared input), kernel_shape is set from it, which is what ONNX infers anyway, so that
-  // ONNX checks it against X's rank and refuses such a node with its own message.
+  // higher rank than X (found by the importer fuzzer twice: a rank-2 X into a 2-D convolution
+  // with W an initializer, a rank-3 X with W a declared graph input) read past X's shape and
+  // crashed inside libonnx. Where W's shape is known before inference (an initializer, a graph
+  // input or value_info), kernel_shape is set from it, which is what ONNX infers anyway, so that
+  // ONNX checks it against X's rank and refuses such a node with its own message. (A W computed
+  // by other nodes, its shape known only during inference, is not covered.)
   void add_kernel_shapes() {
     static const std::pair<const char*, int> kConvWeights[] = {
         {"Conv", 1}, {"ConvTranspose", 1}, {"ConvInteger", 1}, {"QLinearConv", 3}};
-    for (onnx::NodeProto& node : *model_.mutable_graph()->mutable_node()) {
+    onnx::GraphProto& proto = *model_.mutable_graph();
+    for (onnx::NodeProto& node : *proto.mutable_node()) {
       if (!(node.domain().empty() || node.domain() == "ai.onnx")) continue;
       const auto conv = std::find_if(std::begin(kConvWeights), std::end(kConvWeights),
                                      [&](const auto& op) { return node.op_type() == op.first; });
       if (conv == std::end(kConvWeights) || node.input_size() <= conv->second) continue;
       const bool has_kernel = std::any_of(node.attribute().begin(), node.attribute().end(),
                                           [](const auto& a) { return a.name() == "kernel_shape"; });
-      const auto weight = ids_.find(node.input(conv->second));
-      if (has_kernel || weight == ids_.end()) continue;
-      const std::optional<graph::Shape>& shape =
-          graph_.values[static_cast<std::size_t>(weight->second)].shape;
+      if (has_kernel) continue;
+      const std::optional<std::vector<int64_t>> shape =
+          static_shape(proto, node.input(conv->second));
       if (!shape || shape->size() < 3 ||
-          !std::all_of(shape->begin() + 2, shape->end(),
-                       [](const graph::Dim& d) { return d.known(); })) {
+          !std::all_of(shape->begin() + 2, shape->end(), [](int64_t d) { return d >= 0; })) {
         continue;
       }
       onnx::AttributeProto* kernel = node.add_attribute();
       kernel->set_name("kernel_shape");
       kernel->set_type(onnx::AttributeProto::INTS);
-      for (auto d = shape->begin() + 2; d != shape->end(); ++d) kernel->add_ints(d->value);
+      for (auto d = shape->begin() + 2; d != shape->end(); ++d) kernel->add_ints(*d);
     }
   }
 

@@ -567,6 +567,21 @@ TEST(ImporterGraph, LayerNormAxisOutsideTheInputsRankIsInvalidModel) {
                {"node 'ln' (LayerNormalization)", "axis -1", "rank 0"});
 }
 
+// Likewise (found by the importer fuzzer): a convolution without kernel_shape whose W, a
+// declared graph input, has more spatial dimensions than X. ONNX took the kernel from W and
+// read X's dimensions past its rank; with kernel_shape set from W's declared shape, ONNX refuses
+// the node with its own message.
+TEST(ImporterGraph, ConvWeightOfHigherRankThanInputIsInvalidModel) {
+  TempDir dir;
+  onnx::ModelProto model = make_mlp_model();
+  add_input(model, "x1d", {int64_t{1}, int64_t{1}, int64_t{7}});
+  add_input(model, "w2d", {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{3}});
+  add_node(model, "Conv", {"x1d", "w2d"}, {"c"}, "conv");
+  add_output(model, "c", {int64_t{1}, int64_t{1}, int64_t{5}});
+  expect_error([&] { import_model(model, dir); }, ErrorCode::kInvalidModel,
+               {"model.onnx", "Conv", "kernel_shape"});
+}
+
 TEST(ImporterGraph, UnknownAttributeIsFoundByChecker) {
   TempDir dir;
   onnx::ModelProto model = make_mlp_model();
