@@ -139,8 +139,9 @@ class Importer {
     graph_.link();
     run_checker();
     check_window_attributes(proto);
-    check_layer_norm_axes(proto);
-    add_kernel_shapes();
+    const StaticShapes shapes = static_shapes(proto);
+    check_layer_norm_axes(proto, shapes);
+    add_kernel_shapes(shapes);
     run_shape_inference();
     apply_value_types();
     return std::move(graph_);
@@ -416,40 +417,41 @@ class Importer {
     }
   }
 
-  // The shape `name` is declared with as a graph input or in value_info, or an initializer's
-  // dims; nullopt where none is known before shape inference (graph_'s values take declared
-  // shapes only after it, in apply_value_types). Unknown dimensions are -1.
-  static std::optional<std::vector<int64_t>> static_shape(const onnx::GraphProto& proto,
-                                                          const std::string& name) {
-    for (const onnx::TensorProto& tensor : proto.initializer()) {
-      if (tensor.name() == name)
-        return std::vector<int64_t>(tensor.dims().begin(), tensor.dims().end());
-    }
+  // The shapes known before shape inference: each graph input's and value_info's declared shape
+  // (unknown dimensions -1) and each initializer's dims (which win over a declaration). graph_'s
+  // values take declared shapes only after inference (apply_value_types). Built once: a lookup
+  // per node would scan every initializer and declaration.
+  using StaticShapes = std::unordered_map<std::string, std::vector<int64_t>>;
+  static StaticShapes static_shapes(const onnx::GraphProto& proto) {
+    StaticShapes shapes;
     for (const auto* infos : {&proto.input(), &proto.value_info()}) {
       for (const onnx::ValueInfoProto& info : *infos) {
-        if (info.name() != name || !info.type().tensor_type().has_shape()) continue;
-        std::vector<int64_t> dims;
+        if (!info.type().tensor_type().has_shape()) continue;
+        std::vector<int64_t>& dims = shapes[info.name()];
+        dims.clear();
         for (const onnx::TensorShapeProto_Dimension& d : info.type().tensor_type().shape().dim()) {
           dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
         }
-        return dims;
       }
     }
-    return std::nullopt;
+    for (const onnx::TensorProto& tensor : proto.initializer()) {
+      shapes[tensor.name()].assign(tensor.dims().begin(), tensor.dims().end());
+    }
+    return shapes;
   }
 
   // ONNX 1.12's shape inference for LayerNormalization normalizes `axis` against X's rank and
   // then reads X's dimensions up to it unchecked: a scalar X (found by the importer fuzzer)
   // crashed inside libonnx. Where X's rank is declared, the axis must fall inside it.
-  void check_layer_norm_axes(const onnx::GraphProto& proto) const {
+  void check_layer_norm_axes(const onnx::GraphProto& proto, const StaticShapes& shapes) const {
     for (const onnx::NodeProto& node : proto.node()) {
       if (node.op_type() != "LayerNormalization" || node.input_size() == 0 ||
           !(node.domain().empty() || node.domain() == "ai.onnx")) {
         continue;
       }
-      const std::optional<std::vector<int64_t>> shape = static_shape(proto, node.input(0));
-      if (!shape) continue;
-      const auto rank = static_cast<int64_t>(shape->size());
+      const auto shape = shapes.find(node.input(0));
+      if (shape == shapes.end()) continue;
+      const auto rank = static_cast<int64_t>(shape->second.size());
       int64_t axis = -1;
       for (const onnx::AttributeProto& attr : node.attribute()) {
         if (attr.name() == "axis") axis = attr.i();
@@ -470,11 +472,10 @@ class Importer {
   // input or value_info), kernel_shape is set from it, which is what ONNX infers anyway, so that
   // ONNX checks it against X's rank and refuses such a node with its own message. (A W computed
   // by other nodes, its shape known only during inference, is not covered.)
-  void add_kernel_shapes() {
+  void add_kernel_shapes(const StaticShapes& shapes) {
     static const std::pair<const char*, int> kConvWeights[] = {
         {"Conv", 1}, {"ConvTranspose", 1}, {"ConvInteger", 1}, {"QLinearConv", 3}};
-    onnx::GraphProto& proto = *model_.mutable_graph();
-    for (onnx::NodeProto& node : *proto.mutable_node()) {
+    for (onnx::NodeProto& node : *model_.mutable_graph()->mutable_node()) {
       if (!(node.domain().empty() || node.domain() == "ai.onnx")) continue;
       const auto conv = std::find_if(std::begin(kConvWeights), std::end(kConvWeights),
                                      [&](const auto& op) { return node.op_type() == op.first; });
@@ -482,16 +483,17 @@ class Importer {
       const bool has_kernel = std::any_of(node.attribute().begin(), node.attribute().end(),
                                           [](const auto& a) { return a.name() == "kernel_shape"; });
       if (has_kernel) continue;
-      const std::optional<std::vector<int64_t>> shape =
-          static_shape(proto, node.input(conv->second));
-      if (!shape || shape->size() < 3 ||
-          !std::all_of(shape->begin() + 2, shape->end(), [](int64_t d) { return d >= 0; })) {
+      const auto found = shapes.find(node.input(conv->second));
+      if (found == shapes.end()) continue;
+      const std::vector<int64_t>& shape = found->second;
+      if (shape.size() < 3 ||
+          !std::all_of(shape.begin() + 2, shape.end(), [](int64_t d) { return d >= 0; })) {
         continue;
       }
       onnx::AttributeProto* kernel = node.add_attribute();
       kernel->set_name("kernel_shape");
       kernel->set_type(onnx::AttributeProto::INTS);
-      for (auto d = shape->begin() + 2; d != shape->end(); ++d) kernel->add_ints(*d);
+      for (auto d = shape.begin() + 2; d != shape.end(); ++d) kernel->add_ints(*d);
     }
   }
 

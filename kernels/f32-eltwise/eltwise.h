@@ -37,10 +37,9 @@ enum class UnaryKind { kRelu, kClip, kGelu, kSigmoid, kTanh, kErf, kExp, kSqrt, 
 void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, int64_t dst_ld,
                 int64_t rows, int64_t n, float lo = 0.0f, float hi = 0.0f, Isa isa = active_isa());
 
-// Rows of a strided gather into zero-padded rows, for r in [0, rows):
-//   out[r * out_ld + x] = in[r * in_ld + (x - first) * stride]  for x in [first, last),
-//   out[r * out_ld + x] = 0                                      for x in [0, first), [last,
-//   width).
+// Rows of a strided gather into zero-padded rows: for r in [0, rows), out row r (out_ld apart)
+// is in[r * in_ld + (x - first) * stride] at columns x in [first, last) and zero at columns
+// [0, first) and [last, width).
 // The strided gathers of the convolutions' im2col, phase planes and strided 1x1 layers
 // (f32-conv/conv.cc), a whole block of rows per call. Stride 2 takes the even lanes of two vector
 // loads per vector of outputs, the last vector of a row through masked loads and stores; reads
