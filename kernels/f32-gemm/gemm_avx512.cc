@@ -7,8 +7,11 @@
 #include <cstdint>
 
 // GCC 12 warns that the merge operand of the unmasked min/max intrinsics (_mm512_undefined_ps)
-// "may be used uninitialized" once inlined (GCC bug 105593); it is not read.
+// "may be used uninitialized" once inlined (GCC bug 105593); it is not read. (Clang has no such
+// warning, and warns about the unknown name instead.)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "f32-gemm/ukernel_impl.h"
 
