@@ -157,9 +157,14 @@ class Importer {
       fail(ErrorCode::kInvalidModel, "not an ONNX model (no ir_version)");
     }
     if (model_.ir_version() > onnx::Version::IR_VERSION) {
+      // A newer ONNX writes its own IR version into every model it saves, also one that uses
+      // nothing the older versions lack: say how to load such a model rather than only refuse it.
+      const int supported = static_cast<int>(onnx::Version::IR_VERSION);
       fail(ErrorCode::kUnsupported,
-           fmt::format("IR version {} is newer than this importer reads (at most {})",
-                       model_.ir_version(), static_cast<int>(onnx::Version::IR_VERSION)));
+           fmt::format("IR version {} is newer than this importer reads (at most {}); a model "
+                       "that uses nothing newer loads once saved with ir_version {} (Python: "
+                       "model.ir_version = {}; onnx.save(model, path))",
+                       model_.ir_version(), supported, supported, supported));
     }
     if (!model_.has_graph()) fail(ErrorCode::kInvalidModel, "the model has no graph");
     bool found = false;

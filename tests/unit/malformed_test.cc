@@ -178,10 +178,18 @@ TEST(MalformedHeader, MissingIrVersionIsInvalidModel) {
   expect_refused(model, ErrorCode::kInvalidModel, {"ir_version"});
 }
 
-TEST(MalformedHeader, FutureIrVersionIsUnsupported) {
+// A model saved by a newer ONNX: refused, with the version this build reads and how to re-save
+// a model that uses nothing newer.
+TEST(MalformedHeader, FutureIrVersionIsUnsupportedAndSaysHowToLoadIt) {
   onnx::ModelProto model = relu_model();
   model.set_ir_version(1000);
-  expect_refused(model, ErrorCode::kUnsupported, {"IR version 1000"});
+  const std::string supported = std::to_string(onnx::Version::IR_VERSION);
+  expect_refused(model, ErrorCode::kUnsupported,
+                 {"IR version 1000", "at most " + supported, "model.ir_version = " + supported});
+  // As the message says: the same model saved with that IR version loads.
+  model.set_ir_version(onnx::Version::IR_VERSION);
+  const std::string bytes = serialize(model);
+  EXPECT_NO_THROW(onnx_import::import_model_bytes(bytes.data(), bytes.size(), "ok.onnx", ""));
 }
 
 TEST(MalformedHeader, OpsetZeroNegativeOrFarFutureIsUnsupported) {
