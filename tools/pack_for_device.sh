@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs a sparsecol build to run on a machine where nothing can be installed (a rented GPU box):
-# the `sparsecol` binary, the test executables that can run there (gpu, unit, model), and
+# the `sparsecol` binary, the GPU tests (others by SPARSECOL_PACK_TESTS, see below), and
 # every shared library they load that such a machine lacks (protobuf, ONNX, hwloc, oneDNN,
 # OpenMP, fmt, libzip, libstdc++, ...), found with ldd. The CUDA toolkit and cuDNN are NOT packed: the GPU machine has its own, matched to its
 # driver (the wrappers look in $CUDA_HOME, default /usr/local/cuda, and $CUDNN_LIB_DIR).
