@@ -47,8 +47,8 @@ struct PackedConv::Impl {
   std::vector<float> bias;    // out_c values, zeros when the layer has none
   double sparsity = 0.0;      // fraction of exact zeros of the weight
   // Sparse kinds: all groups in one matrix [OC x IC/g*KH*KW], its offsets laid out for the
-  // whole input tensor (1x1) or for the phase planes of a chunk (the others); the phase path
-  // splits it by input channels into K-blocks (see pack_sparse), every other kind has one.
+  // whole input tensor (1x1) or for the phase planes of a chunk (the others), split by input
+  // channels into K-blocks where its rows are long enough (see pack_sparse; grouped: one).
   std::vector<SparseMatrix> sparse;
   Isa sparse_isa = Isa::kPortable;
   // kSpmmPhases (see pack_sparse) and kPhaseGemm: output rows per chunk and the length of a
@@ -955,6 +955,21 @@ bool stacks_images(const ConvGeometry& g, bool sparse) {
   }
   if (sparse) return is_pointwise(g);  // kSpmm1x1
   return is_pointwise(g) || reads_taps_in_place(g) || reads_tap_phases(g);
+}
+
+bool PackedConv::may_overwrite_residual() const {
+  switch (impl_->kind) {
+    case Impl::Kind::kSpmm1x1:
+    case Impl::Kind::kSpmmGathered1x1:
+      return impl_->sparse.size() == 1;  // the product and its epilogue in one pass into dst
+    case Impl::Kind::kSpmmPhases:
+      return true;  // products into scratch, then finish_row adds the residual element-wise
+    case Impl::Kind::kGemm1x1:
+      return gemm_packed_writes_c_once(geometry_.in_c / geometry_.groups,
+                                       impl_->groups.front().isa());
+    default:  // tap blocks, im2col chunks and depthwise rows: not established, so not claimed
+      return false;
+  }
 }
 
 bool PackedConv::stacks_images() const {

@@ -119,6 +119,13 @@ class PackedConv {
   // one group, a vector of channels for depthwise convolutions (the channel-lane kernel's
   // group), out_c (all channels only) for other grouped convolutions.
   int64_t channel_granule() const;
+  // Whether the output may be written over the residual: handed the residual's own view as
+  // dst, every entry point below reads each residual element before it writes that output
+  // element and writes each output element once (no partial sums over blocks of input channels
+  // stored in dst first). An executor then places the output in the residual's buffer where
+  // nothing reads the residual afterwards: the output's stores hit the lines the epilogue has
+  // just read, instead of each missing and fetching a line from memory that it then overwrites.
+  bool may_overwrite_residual() const;
   // Whether conv2d_images stacks images (kernels::stacks_images).
   bool stacks_images() const;
 

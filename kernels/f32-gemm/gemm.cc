@@ -424,6 +424,10 @@ void gemm_packed(const PackedA& a, const float* b, int64_t ldb, float* c, int64_
                            ldc, n, epilogue);
 }
 
+bool gemm_packed_writes_c_once(int64_t k, Isa isa) {
+  return k <= choose_blocking(default_gemm_ukernel(isa), k).kc;
+}
+
 PackedB::PackedB(const float* b, int64_t k, int64_t n, int64_t ldb)
     : PackedB(b, k, n, ldb, active_isa()) {}
 

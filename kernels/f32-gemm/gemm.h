@@ -77,6 +77,10 @@ class PackedB {
 // C = epilogue(A * B) with A pre-packed. Single-threaded: callers split regions across threads.
 void gemm_packed(const PackedA& a, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t n,
                  const Epilogue& epilogue);
+// Whether gemm_packed over depth k with A packed for `isa` writes each element of C once, in a
+// single block of K: no partial sums are stored in C before the epilogue reads the residual, so
+// the residual may be C itself (PackedConv::may_overwrite_residual).
+bool gemm_packed_writes_c_once(int64_t k, Isa isa);
 
 // C = epilogue(A * B) over columns [col_begin, col_begin + shape.n) of a pre-packed B
 // (shape.k = b.depth(), col_begin a multiple of b.strip_width(); throws Error(kInvalidArgument)

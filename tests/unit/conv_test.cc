@@ -149,6 +149,20 @@ void check_rows(const kernels::PackedConv& conv, const Problem& p, int64_t r0, i
   kernels::conv2d_rows(conv, src_tile_view, dst_tile_view, r0, r1, p.epilogue,
                        p.has_residual ? &res_tile_view : nullptr, scratch);
   expect_row_range(dst_tile.data(), r0, (r1 - r0) * g.out_w, "tile buffer");
+
+  // Over the residual itself, where the implementation allows it: the same results, and the
+  // residual's other rows as they were.
+  if (!p.has_residual || !conv.may_overwrite_residual()) return;
+  std::vector<float> over = p.residual;
+  const PlaneView over_view{over.data(), 0, out_plane};
+  kernels::conv2d_rows(conv, src_view, over_view, r0, r1, p.epilogue, &over_view, scratch);
+  expect_row_range(over.data(), 0, out_plane, "over the residual");
+  for (int64_t i = 0; i < static_cast<int64_t>(over.size()); ++i) {
+    const int64_t r = i % out_plane / g.out_w;
+    if (r < r0 || r >= r1) {
+      ASSERT_EQ(over[i], p.residual[i]) << "changed the residual at " << i;
+    }
+  }
 }
 
 Epilogue random_epilogue(std::mt19937& rng, bool* with_residual) {
@@ -251,6 +265,26 @@ TEST(ConvTest, PicksImplementationByGeometry) {
   EXPECT_EQ(impl({"", 3, 64, 8, 8, 3, 1, 1, 1, 1}).rfind("phase-gemm-3x3/", 0), 0u);    // 3 in
   EXPECT_EQ(impl({"", 8, 16, 8, 8, 3, 2, 1, 1, 2}).rfind("phase-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 64}).rfind("depthwise-3x3/", 0), 0u);
+}
+
+// Writing over the residual is claimed where one pass writes each output after reading its
+// residual element, and nowhere else (check_rows tests every claim on every shape it runs).
+TEST(ConvTest, MayOverwriteTheResidualOnlyWhereEachOutputIsWrittenOnce) {
+  auto may = [](const ConvCase& c, double sparsity, double threshold) {
+    const ConvGeometry g = make_geometry(c);
+    std::mt19937 rng(5);
+    std::vector<float> w = random_vector(g.out_c * g.in_c / g.groups * c.kernel * c.kernel, 1, rng);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (static_cast<double>(i % 100) < 100 * sparsity) w[i] = 0.0f;
+    }
+    return kernels::PackedConv(g, w.data(), nullptr, threshold).may_overwrite_residual();
+  };
+  EXPECT_TRUE(may({"", 64, 32, 8, 8, 1, 1, 0, 1, 1}, 0.0, kernels::kAlwaysDense));
+  EXPECT_FALSE(may({"", 4096, 16, 4, 4, 1, 1, 0, 1, 1}, 0.0, kernels::kAlwaysDense));  // K blocks
+  EXPECT_FALSE(may({"", 64, 32, 8, 8, 3, 1, 1, 1, 1}, 0.0, kernels::kAlwaysDense));
+  EXPECT_TRUE(may({"", 64, 32, 8, 8, 1, 1, 0, 1, 1}, 0.9, 0.5));
+  EXPECT_FALSE(may({"", 2048, 16, 8, 8, 1, 1, 0, 1, 1}, 0.5, 0.4));  // K-blocks of channels
+  EXPECT_TRUE(may({"", 64, 32, 8, 8, 3, 1, 1, 1, 1}, 0.9, 0.5));     // phase planes, scratch
 }
 
 TEST(ConvTest, RefusesInvalidGeometry) {

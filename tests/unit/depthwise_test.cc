@@ -77,6 +77,23 @@ TEST(Depthwise, ResidualCnnMatchesReference) {
   expect_matches_reference(residual_cnn(), {{"x", random_tensor({3, 3, 13, 11}, 11)}});
 }
 
+// Ops run whole may write a convolution's output over its residual's buffer (as layer by layer);
+// a column's output never does (a later tile may still read the residual's rows as a halo).
+TEST(Depthwise, WholeOpsOverwriteAResidualOnlyWhereNothingReadsItLater) {
+  const NamedTensors inputs = {{"x", random_tensor({3, 16, 9, 10}, 48)}};
+  expect_matches_reference(residual_reuse_net(9, 10), inputs);
+  Options whole;  // a budget too small for any column: every op runs whole
+  whole.cache_budget_bytes = 1 << 10;
+  EXPECT_EQ(
+      written_over_residuals(depthwise(residual_reuse_net(9, 10), inputs, 2, whole)->layers()),
+      (std::vector<bool>{true, true, false, false, false}));
+  Options columns;  // forced tiles: one column of every op
+  columns.tile_rows = 3;
+  EXPECT_EQ(
+      written_over_residuals(depthwise(residual_reuse_net(9, 10), inputs, 2, columns)->layers()),
+      std::vector<bool>(5, false));
+}
+
 // Several images of small planes: dense convolutions run whole (stacking their images), the
 // column that ends on the sparse one holds them too; forced tile heights tile them all.
 TEST(Depthwise, SmallPlanesAtSeveralImagesMatchReference) {

@@ -202,6 +202,47 @@ inline graph::Graph residual_cnn() {
   return b.finish({fc});
 }
 
+// 1x1 convolutions with fused residual adds, five ways, for the executors' choice of writing a
+// convolution's output over its residual's buffer (Step::writes_over_input). In order: a sparse
+// conv and a dense one whose residual nothing reads later (may be written over), one whose
+// residual is read later by a Mul, one whose residual is its own input, one whose residual is
+// the graph input (the product after it keeps that conv's output from being the graph's).
+// Input x [N, 16, h, w], output [N, 16, h, w].
+inline graph::Graph residual_reuse_net(int64_t h, int64_t w) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 16, h, w});
+  uint32_t seed = 60;
+  auto conv = [&](int in, Tensor weight, std::vector<int64_t> pads = {0, 0, 0, 0}) {
+    return b.node("Conv",
+                  {in, b.constant("w" + std::to_string(seed), std::move(weight)),
+                   b.constant("b" + std::to_string(seed), random_tensor({16}, seed + 1))},
+                  {{"pads", pads}});
+  };
+  auto dense = [&](int64_t k) { return random_tensor({16, 16, k, k}, seed += 2); };
+  const int a = b.node("Relu", {conv(x, dense(1))});
+  const int c = b.node("Relu", {conv(a, dense(3), kPad1)});
+  const int d =
+      b.node("Relu", {b.node("Add", {conv(c, pruned_tensor({16, 16, 1, 1}, seed += 2, 0.9)), a})});
+  const int e = b.node("Relu", {conv(d, dense(1))});
+  const int f = b.node("Add", {conv(e, dense(1)), d});
+  const int g = b.node("Relu", {conv(f, dense(1))});
+  const int k = b.node("Mul", {b.node("Add", {conv(g, dense(1)), f}), f});
+  const int m = b.node("Add", {conv(k, dense(1)), k});
+  const int n = b.node("Add", {conv(m, dense(1)), x});
+  return b.finish({b.node("Mul", {n, n})});
+}
+
+// Which of a graph's convolutions with a fused residual add (op "Conv+Add...") an executor writes
+// over their residual's buffer, in graph order.
+inline std::vector<bool> written_over_residuals(const std::vector<LayerInfo>& layers) {
+  std::vector<bool> over;
+  for (const LayerInfo& info : layers) {
+    if (info.op.rfind("Conv+Add", 0) != 0) continue;
+    over.push_back(info.implementation.find("in place over its residual") != std::string::npos);
+  }
+  return over;
+}
+
 // Convolutions on planes small enough that several images are stacked into one product
 // (kernels::conv2d_images) at a batch above 1: 3x3 conv + relu, 1x1 conv + residual add + relu,
 // strided 3x3 conv, 1x1 conv whose weight is 90% zeros (sparse), all on 8x8 or 4x4 planes.

@@ -65,6 +65,22 @@ TEST(Layerwise, StackedImagesMatchReference) {
   EXPECT_EQ(stacked, 4);
 }
 
+// A convolution's output goes into its residual's buffer where nothing reads the residual
+// later, and only there; results as without (the reference), on planes whose images are stacked
+// (7x7) and planes whose are not (9x10). The layer of residual_cnn() too.
+TEST(Layerwise, OutputOverwritesAResidualOnlyWhereNothingReadsItLater) {
+  for (const auto& [h, w] : {std::pair<int64_t, int64_t>{9, 10}, {7, 7}}) {
+    SCOPED_TRACE(::testing::Message() << h << "x" << w << " planes");
+    const NamedTensors inputs = {{"x", random_tensor({3, 16, h, w}, 47)}};
+    expect_matches_reference(residual_reuse_net(h, w), inputs);
+    EXPECT_EQ(written_over_residuals(layerwise(residual_reuse_net(h, w), inputs, 2)->layers()),
+              (std::vector<bool>{true, true, false, false, false}));
+  }
+  const NamedTensors inputs = {{"x", random_tensor({2, 3, 13, 11}, 11)}};
+  EXPECT_EQ(written_over_residuals(layerwise(residual_cnn(), inputs, 2)->layers()),
+            std::vector<bool>{true});
+}
+
 TEST(Layerwise, BatchOfOneMatchesReference) {
   expect_matches_reference(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
 }

@@ -433,6 +433,18 @@ void check_conv_region(const kernels::PackedConv& conv, const ConvProblem& p, in
       }
     }
   }
+  // Over the residual's own tile, where the implementation allows it: the same bits in the
+  // region, the residual's other channels as they were.
+  if (!p.has_residual || !conv.may_overwrite_residual()) return;
+  std::vector<float> over = res_tile;
+  const kernels::PlaneView over_view{over.data(), r0, out_plane};
+  kernels::conv2d_region(conv, src_view, over_view, r0, r1, c0, c1, p.epilogue, &over_view,
+                         scratch);
+  for (std::size_t i = 0; i < over.size(); ++i) {
+    const auto c = static_cast<int64_t>(i) / out_plane;
+    ASSERT_EQ(over[i], c < c0 || c >= c1 ? res_tile[i] : dst[i])
+        << conv.implementation() << " over the residual, channel " << c;
+  }
 }
 
 using SparseConvTest = PerIsaTest;
@@ -443,6 +455,8 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
   const SparseConvCase cases[] = {
       {"1x1", 24, 20, 9, 13, 1, 1, 0, 1, 1},
       {"1x1_grouped", 24, 20, 7, 11, 1, 1, 0, 1, 4},
+      // Enough input channels for K-blocks of a 1x1 layer at the lower sparsities.
+      {"1x1_k_blocks", 300, 8, 5, 7, 1, 1, 0, 1, 1},
       // Strided 1x1: gathered (conv.h, gathers_strided_pointwise), unless a tap can fall in the
       // padding (phase planes).
       {"1x1_stride2", 16, 24, 9, 13, 1, 2, 0, 1, 1},

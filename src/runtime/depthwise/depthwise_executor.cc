@@ -131,8 +131,13 @@ class DepthwiseExecutor final : public Executor {
     std::vector<LayerInfo> infos;
     for (const Unit& unit : units_) {
       if (unit.column < 0) {
-        infos.push_back(describe_node(graph_, graph_.nodes[static_cast<std::size_t>(unit.node)]));
+        const graph::Node& node = graph_.nodes[static_cast<std::size_t>(unit.node)];
+        infos.push_back(describe_node(graph_, node));
         unit.step->describe(infos.back());
+        if (std::find(written_over_.begin(), written_over_.end(), node.outputs[0]) !=
+            written_over_.end()) {
+          infos.back().implementation += layerwise::kWrittenOverInput;
+        }
         continue;
       }
       const ColumnRun& run = columns_[static_cast<std::size_t>(unit.column)];
@@ -215,6 +220,13 @@ class DepthwiseExecutor final : public Executor {
       } else {
         unit.step = layerwise::make_fast_step(graph_, node, options_, &why_not, plan_.column_of);
         if (unit.step == nullptr) unit.step = layerwise::make_reference_step(graph_, node);
+        // (Not a column's output: a tile may still read rows of the input, as a halo, that an
+        // earlier tile's output would already have replaced.)
+        const int over = unit.step->writes_over_input();
+        if (layerwise::output_over_input(graph_, root_, n, over)) {
+          root_[index(node.outputs[0])] = root_[index(node.inputs[index(over)])];
+          written_over_.push_back(node.outputs[0]);
+        }
       }
       units_.push_back(std::move(unit));
     }
@@ -340,6 +352,10 @@ class DepthwiseExecutor final : public Executor {
       const int v = planned[b];
       tensors_[index(v)] = Tensor::view(arena_.get() + memory.offsets[b], value(v).dtype, dims(v));
     }
+    for (int v : written_over_) {
+      const auto b = index(request_of[index(root_[index(v)])]);
+      tensors_[index(v)] = Tensor::view(arena_.get() + memory.offsets[b], value(v).dtype, dims(v));
+    }
   }
 
   // Image `image` of a value in memory, seen by the row kernels: the channel planes of an NCHW
@@ -454,6 +470,8 @@ class DepthwiseExecutor final : public Executor {
   depthwise::ReplicaPlan replicas_;  // which copy of the weights each worker reads
   std::vector<Tensor> tensors_;      // by value id: arena views, constants, inputs/outputs per run
   std::vector<int> root_;            // value whose buffer a value lives in, or kNotPlanned/kOwned
+  // Outputs of whole nodes placed in the buffer of an input their step writes over.
+  std::vector<int> written_over_;
   std::vector<int> owned_outputs_;
   std::vector<ColumnRun> columns_;  // per plan column
   std::vector<Unit> units_;         // in graph order

@@ -68,6 +68,8 @@ class LayerwiseExecutor final : public Executor {
     for (std::size_t n = 0; n < steps_.size(); ++n) {
       infos.push_back(describe_node(graph_, graph_.nodes[n]));
       steps_[n]->describe(infos.back());
+      if (written_over(graph_.nodes[n].outputs[0]))
+        infos.back().implementation += layerwise::kWrittenOverInput;
     }
     return infos;
   }
@@ -88,7 +90,8 @@ class LayerwiseExecutor final : public Executor {
         root_[v] = graph_.is_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
       }
     }
-    for (const graph::Node& node : graph_.nodes) {
+    for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
+      const graph::Node& node = graph_.nodes[n];
       std::unique_ptr<layerwise::Step> step;
       std::string why_not;
       if (layerwise::is_view_op(graph_, node) && !graph_.is_output(node.outputs[0])) {
@@ -102,6 +105,12 @@ class LayerwiseExecutor final : public Executor {
       } else {
         step = layerwise::make_fast_step(graph_, node, options_, &why_not);
         if (step == nullptr) step = layerwise::make_reference_step(graph_, node);
+        const int over = step->writes_over_input();
+        if (layerwise::output_over_input(graph_, root_, n, over)) {
+          root_[static_cast<std::size_t>(node.outputs[0])] =
+              root_[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(over)])];
+          written_over_.push_back(node.outputs[0]);
+        }
       }
       if (verbose) {
         std::fprintf(stderr, "layerwise: %s '%s': %s%s\n", node.op_type.c_str(), node.name.c_str(),
@@ -147,6 +156,11 @@ class LayerwiseExecutor final : public Executor {
       tensors_[static_cast<std::size_t>(v)] =
           Tensor::view(arena_.get() + plan.offsets[b], value(v).dtype, dims(v));
     }
+    for (int v : written_over_) {
+      const int b = buffer_of[static_cast<std::size_t>(root_[static_cast<std::size_t>(v)])];
+      tensors_[static_cast<std::size_t>(v)] = Tensor::view(
+          arena_.get() + plan.offsets[static_cast<std::size_t>(b)], value(v).dtype, dims(v));
+    }
     if (verbose) {
       int64_t total = 0;
       for (const plan::BufferRequest& r : requests) total += r.size;
@@ -157,11 +171,17 @@ class LayerwiseExecutor final : public Executor {
     }
   }
 
+  bool written_over(int v) const {
+    return std::find(written_over_.begin(), written_over_.end(), v) != written_over_.end();
+  }
+
   graph::Graph graph_;
   int threads_;
   Options options_;
   std::vector<Tensor> tensors_;  // by value id: arena views, constants, inputs/outputs per run
   std::vector<int> root_;        // value id whose buffer a value lives in, or kNotPlanned/kOwned
+  // Outputs placed in the buffer of an input their step writes over (Step::writes_over_input).
+  std::vector<int> written_over_;
   std::vector<int> owned_outputs_;
   std::vector<std::unique_ptr<layerwise::Step>> steps_;  // one per node, in order
   plan::Arena arena_;

@@ -107,6 +107,7 @@ const Tensor* constant_of(const graph::Graph& graph, int id) {
 struct EpiloguePlan {
   kernels::Epilogue kernel;  // residual pointer bound per run
   int residual = -1;         // value id of the residual operand
+  int residual_input = -1;   // its index in the node's inputs
   bool fits = true;
 
   const float* residual_data(RunContext& ctx) const {
@@ -130,11 +131,11 @@ EpiloguePlan plan_epilogue(const graph::Graph& graph, const graph::Node& node, c
     use.residual = is_f32(graph, operand) && dims && *dims == out;
     return use;
   });
-  if (!fused) return EpiloguePlan{{}, -1, false};
+  if (!fused) return EpiloguePlan{{}, -1, -1, false};
   const int residual = fused->residual_input >= 0
                            ? node.inputs[static_cast<std::size_t>(fused->residual_input)]
                            : -1;
-  return EpiloguePlan{fused->kernel, residual, true};
+  return EpiloguePlan{fused->kernel, residual, fused->residual_input, true};
 }
 
 // What every fast step shares: the node, its output, the epilogue fallback.
@@ -250,6 +251,10 @@ class ConvStep final : public FastStep {
     info.implementation = implementation();
     info.weight_format = conv_.weight_format();
     info.packed_bytes = conv_.packed_bytes();
+  }
+
+  int writes_over_input() const override {
+    return epilogue_.fits && conv_.may_overwrite_residual() ? epilogue_.residual_input : -1;
   }
 
  private:
@@ -1068,6 +1073,36 @@ class ViewStep final : public Step {
 };
 
 }  // namespace
+
+bool output_over_input(const graph::Graph& graph, std::span<const int> root, std::size_t n,
+                       int input) {
+  const graph::Node& node = graph.nodes[n];
+  if (input < 0 || static_cast<std::size_t>(input) >= node.inputs.size()) return false;
+  const int in = node.inputs[static_cast<std::size_t>(input)], out = node.outputs[0];
+  if (in < 0 || root[static_cast<std::size_t>(in)] < 0 ||
+      root[static_cast<std::size_t>(out)] != out) {
+    return false;
+  }
+  const int buffer = root[static_cast<std::size_t>(in)];
+  auto bytes = [&](int v) {
+    return numel(graph.concrete_dims(v)) * static_cast<int64_t>(dtype_size(value(graph, v).dtype));
+  };
+  if (bytes(buffer) != bytes(out)) return false;
+  auto reads_buffer = [&](const graph::Node& reader, int except) {
+    for (std::size_t i = 0; i < reader.inputs.size(); ++i) {
+      const int v = reader.inputs[i];
+      if (static_cast<int>(i) != except && v >= 0 && root[static_cast<std::size_t>(v)] == buffer) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (reads_buffer(node, input)) return false;
+  for (std::size_t m = n + 1; m < graph.nodes.size(); ++m) {
+    if (reads_buffer(graph.nodes[m], -1)) return false;
+  }
+  return true;
+}
 
 std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Node& node,
                                      const Options& options, std::string* why_not,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graph/graph.h"
@@ -31,7 +32,22 @@ class Step {
   // Fills in how this step runs its node: the implementation and, for steps that pack a
   // weight, its format and packed bytes (describe_node() already set shape and sparsity).
   virtual void describe(LayerInfo& info) const { info.implementation = implementation(); }
+  // The input (an index into the node's inputs) whose buffer the output may be written over, or
+  // -1: a residual that the kernel reads element by element just before writing the same
+  // element of the output (kernels::PackedConv::may_overwrite_residual). Whether the executor
+  // does is output_over_input()'s question.
+  virtual int writes_over_input() const { return -1; }
 };
+
+// Whether the executor may place node n's output in the buffer of its input `input` (from
+// Step::writes_over_input; -1: no): that input lives in a planned buffer (root[input] >= 0) of
+// the output's bytes, which no other input of the node and no later node reads, and the output
+// is an ordinary planned buffer (root[output] == output: not a graph output, not a view).
+// `root`: the buffer each value lives in so far (the executors' root_, negative: unplanned).
+bool output_over_input(const graph::Graph& graph, std::span<const int> root, std::size_t n,
+                       int input);
+// What LayerInfo::implementation adds for a node whose output the executor placed so.
+inline constexpr std::string_view kWrittenOverInput = ", in place over its residual";
 
 // The node's fast implementation, or nullptr with `why_not` saying why none serves it. The
 // graph is specialized: every shape is concrete.
