@@ -94,6 +94,27 @@ TEST(Depthwise, WholeOpsOverwriteAResidualOnlyWhereNothingReadsItLater) {
       std::vector<bool>(5, false));
 }
 
+// A column's layers report their packed weights as the steps run whole do: format and bytes.
+TEST(Depthwise, LayersInColumnsReportTheirPackedWeights) {
+  Options columns;
+  columns.tile_rows = 3;
+  const NamedTensors images = {{"x", random_tensor({2, 16, 9, 10}, 49)}};
+  const NamedTensors tokens = {{"x", random_tensor({1, 128, 24}, 50)}};
+  int sparse = 0, dense = 0;
+  for (const auto& layers : {depthwise(residual_reuse_net(9, 10), images, 2, columns)->layers(),
+                             depthwise(token_net(), tokens, 2, columns)->layers()}) {
+    for (const LayerInfo& info : layers) {
+      if (info.weight_shape.empty() || info.implementation.find("column") != 0) continue;
+      const bool spmm = info.implementation.find("spmm") != std::string::npos;
+      EXPECT_EQ(info.weight_format, spmm ? "sparse-csr" : "dense") << info.implementation;
+      EXPECT_GT(info.packed_bytes, 0) << info.implementation;
+      ++(spmm ? sparse : dense);
+    }
+  }
+  EXPECT_GE(sparse, 3);  // the pruned conv and the FFN's two linear layers
+  EXPECT_GE(dense, 5);
+}
+
 // Several images of small planes: dense convolutions run whole (stacking their images), the
 // column that ends on the sparse one holds them too; forced tile heights tile them all.
 TEST(Depthwise, SmallPlanesAtSeveralImagesMatchReference) {

@@ -144,6 +144,7 @@ class DepthwiseExecutor final : public Executor {
       for (std::size_t i = 0; i < run.column->ops.size(); ++i) {
         const graph::Node& node = graph_.nodes[static_cast<std::size_t>(run.column->ops[i].node)];
         infos.push_back(describe_node(graph_, node));
+        run.kernels[0][i]->describe(infos.back());
         infos.back().implementation =
             fmt::format("column {} ({} rows/tile): {}", unit.column, run.column->tile_rows,
                         run.kernels[0][i]->implementation());

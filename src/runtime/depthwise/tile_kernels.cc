@@ -176,6 +176,10 @@ class ConvTile final : public TileKernel {
     generic_.apply(args);
   }
   std::string implementation() const override { return "conv " + conv_.implementation(); }
+  void describe(LayerInfo& info) const override {
+    info.weight_format = conv_.weight_format();
+    info.packed_bytes = conv_.packed_bytes();
+  }
 
  private:
   kernels::PackedConv conv_;
@@ -228,6 +232,10 @@ class LinearTile final : public TileKernel {
   std::string implementation() const override {
     return fmt::format("matmul {}/{}{}", sparse_ ? "spmm" : "gemm",
                        kernels::to_string(kernels::active_isa()), kernels::describe(layouts_));
+  }
+  void describe(LayerInfo& info) const override {
+    info.weight_format = sparse_ ? "sparse-csr" : "dense";
+    info.packed_bytes = sparse_ ? sparse_->packed_bytes() : dense_->packed_bytes();
   }
 
  private:

@@ -30,6 +30,9 @@ class TileKernel {
   // Single-threaded: the column's tiles are the unit of parallelism.
   virtual void run(const TileArgs& args) const = 0;
   virtual std::string implementation() const = 0;
+  // The kernel's part of the op's LayerInfo: a packed weight's format and bytes, where it has one
+  // (describe_node() fills in the rest, as for the layer-by-layer steps).
+  virtual void describe(LayerInfo& /*info*/) const {}
 };
 
 // The kernel of a tile op (plan::make_tile_op accepted it), with the user's options (a Conv's
