@@ -238,8 +238,9 @@ std::string format_per_layer(const BenchReport& report, int top) {
   for (const BenchRow& row : report.rows) {
     if (row.profiled_runs == 0) continue;
     text += fmt::format(
-        "\nper layer: {}, batch {}, threads {} (mean of {} profiled run{}; time summed over "
-        "threads and tiles)\n",
+        "\nper layer: {}, batch {}, threads {} (mean of {} profiled run{}; a node's time sums its "
+        "slices: one per layer run whole, its wall time with every thread inside; one per tile "
+        "and thread in a depth-wise column, that thread's time)\n",
         row.path, row.batch, threads_text(row.threads), row.profiled_runs,
         row.profiled_runs == 1 ? "" : "s");
     if (row.layers.empty()) {
