@@ -6,8 +6,10 @@
 #include <cmath>
 #include <random>
 
+#include "f32-conv/conv.h"
 #include "graph/passes.h"
 #include "graph_builder.h"
+#include "runtime/layerwise/steps.h"
 
 namespace sparsecol::testing {
 namespace {
@@ -228,6 +230,64 @@ TEST(Layerwise, OpsWithoutFastKernelFallBackToReference) {
       b.node("Transpose", {b.node("Tanh", {x})}, {{"perm", std::vector<int64_t>{2, 0, 1}}});
   const int m = b.node("ReduceMax", {t}, {{"axes", std::vector<int64_t>{0}}});
   expect_matches_reference(b.finish({m}), {{"x", random_tensor({2, 3, 4}, 41)}});
+}
+
+// A square 3x3 or 1x1 convolution of `channels` channels on `size` x `size` planes (depthwise:
+// one group per channel).
+kernels::ConvGeometry square_conv(int64_t channels, int64_t size, int64_t kernel, bool depthwise) {
+  kernels::ConvGeometry g;
+  g.in_c = g.out_c = channels;
+  g.groups = depthwise ? channels : 1;
+  g.in_h = g.in_w = g.out_h = g.out_w = size;
+  g.kernel_h = g.kernel_w = kernel;
+  g.pad_top = g.pad_left = kernel / 2;
+  return g;
+}
+
+TEST(Layerwise, DenseConvTasksSplitChannelsWhereRowBlocksWouldShareCacheLines) {
+  using runtime::layerwise::dense_conv_tasks;
+  // Batch 1 on 2 threads: two row blocks of 14 rows of 28 would both write the line at their
+  // edge (14 * 28 floats is not a whole number of lines): a depthwise or 1x1 layer splits its
+  // channels instead, which redoes nothing.
+  for (const bool depthwise : {true, false}) {
+    const auto tasks =
+        dense_conv_tasks(square_conv(192, 28, depthwise ? 3 : 1, depthwise), 16, 1, 2);
+    EXPECT_EQ(tasks.rows, 28) << "depthwise " << depthwise;
+    EXPECT_EQ(tasks.channels, 96) << "depthwise " << depthwise;
+  }
+  // A dense 3x3 would redo its im2col per channel block: it keeps its rows.
+  auto tasks = dense_conv_tasks(square_conv(192, 28, 3, false), 8, 1, 2);
+  EXPECT_EQ(tasks.rows, 14);
+  EXPECT_EQ(tasks.channels, 192);
+  // 28 rows of 56 start on a line: rows.
+  tasks = dense_conv_tasks(square_conv(144, 56, 3, true), 16, 1, 2);
+  EXPECT_EQ(tasks.rows, 28);
+  EXPECT_EQ(tasks.channels, 144);
+  // More channels than pixels: channels, whatever the kernel.
+  tasks = dense_conv_tasks(square_conv(256, 14, 3, false), 8, 1, 2);
+  EXPECT_EQ(tasks.rows, 14);
+  EXPECT_EQ(tasks.channels, 128);
+  // A batch with an image per thread: whole images, all channels.
+  tasks = dense_conv_tasks(square_conv(192, 28, 3, true), 16, 16, 2);
+  EXPECT_EQ(tasks.rows, 28);
+  EXPECT_EQ(tasks.channels, 192);
+  // A layer whose channels make one granule cannot be split by channels.
+  tasks = dense_conv_tasks(square_conv(16, 28, 3, true), 16, 1, 2);
+  EXPECT_EQ(tasks.rows, 14);
+  EXPECT_EQ(tasks.channels, 16);
+}
+
+// The depthwise and 1x1 layers above, split by channels at batch 1 on 2 and 3 threads, give the
+// reference's result and the same bits as one thread.
+TEST(Layerwise, ChannelSplitDepthwiseAndPointwiseLayersMatchReference) {
+  GraphBuilder b;
+  const int x = b.input("x", {1, 48, 28, 28});
+  const int dw = b.node("Conv", {x, b.constant("w1", random_tensor({48, 1, 3, 3}, 44))},
+                        {{"pads", kPad1}, {"group", int64_t{48}}});
+  const int pw =
+      b.node("Conv", {b.node("Relu", {dw}), b.constant("w2", random_tensor({64, 48, 1, 1}, 45)),
+                      b.constant("b2", random_tensor({64}, 46))});
+  expect_matches_reference(b.finish({pw}), {{"x", random_tensor({1, 48, 28, 28}, 43)}});
 }
 
 TEST(Layerwise, RejectsZeroThreads) {

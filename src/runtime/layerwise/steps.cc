@@ -75,6 +75,11 @@ int64_t balanced_blocks(int64_t row_blocks, int threads, int64_t most) {
   return std::max<int64_t>(most, 1);
 }
 
+// Output channels per block when `blocks` blocks of whole granules are wanted.
+int64_t channels_per_block(int64_t out_c, int64_t granule, int64_t blocks) {
+  return std::min(out_c, ceil_div(ceil_div(out_c, blocks), granule) * granule);
+}
+
 const graph::Value& value(const graph::Graph& graph, int id) {
   return graph.values[static_cast<std::size_t>(id)];
 }
@@ -263,27 +268,16 @@ class ConvStep final : public FastStep {
   struct Split {
     int64_t rows, channels, images = 1;
   };
-  // Dense: all channels, an image cut into row blocks only as far as the threads need
-  // (balanced_blocks: a block per image from a batch of 16 on 2 threads, two at batch 1): four
-  // blocks per thread whatever the batch made GEMMs of a few rows, each with its own im2col
-  // halo and call costs; cutting only as needed ran MobileNetV2 1.24x (b16) and 1.29x (b1),
-  // ResNet-50 1.30x and 1.17x (2 threads, 5 interleaved pairs, medians). Where the weights
-  // outweigh the image's column matrix (out_c >= out_h * out_w: the deep layers at batch 1),
-  // blocks of output channels instead: every row block streams all the weights from memory,
-  // a channel block only its part, at the cost of redoing the im2col. The same rule splits a
-  // depthwise layer's small planes (7x7, 14x14) by channels: rows of those planes would share
-  // cache lines between threads and recompute halos. MobileNetV2 at batch 1, 2 threads:
-  // 1.005-1.04x (dense), 1.03-1.05x (80% pruned); its 7- and 14-wide depthwise layers 1.3-1.6x.
-  // Sparse: a sparse kernel streams the whole weight once per run of pixels it is handed, and a
-  // short run wastes its vector tail, so runs are kept at >= kSparseTaskPixels (or the whole
-  // image) and the threads are fed by splitting output channels instead where the batch has too
-  // few such runs (ResNet-50's 7x7 layers at batch 1: one run per image).
+  // Dense: dense_conv_tasks. Sparse: a sparse kernel streams the whole weight once per run of
+  // pixels it is handed, and a short run wastes its vector tail, so runs are kept at >=
+  // kSparseTaskPixels (or the whole image) and the threads are fed by splitting output channels
+  // instead where the batch has too few such runs (ResNet-50's 7x7 layers at batch 1: one run per
+  // image).
   Split split(int threads) const {
     const kernels::ConvGeometry& g = conv_.geometry();
     const int64_t granule = conv_.channel_granule();
-    // Channels per block when `blocks` blocks are wanted, whole granules each.
     auto channels_per = [&](int64_t blocks) {
-      return std::min(g.out_c, ceil_div(ceil_div(g.out_c, blocks), granule) * granule);
+      return channels_per_block(g.out_c, granule, blocks);
     };
     if (conv_.stacks_images() && batch_ > 1) {
       // Stacks of up to kStackPixels pixels (16 images of 7x7: the most the standalone product
@@ -298,11 +292,8 @@ class ConvStep final : public FastStep {
               images};
     }
     if (std::string_view(conv_.weight_format()) == "dense") {
-      const int64_t most = ceil_div(g.out_c, granule);
-      if (granule < g.out_c && g.out_c >= g.out_h * g.out_w) {
-        return {g.out_h, channels_per(balanced_blocks(batch_, threads, most))};
-      }
-      return {ceil_div(g.out_h, balanced_blocks(batch_, threads, g.out_h)), g.out_c};
+      const ConvTasks tasks = dense_conv_tasks(g, granule, batch_, threads);
+      return {tasks.rows, tasks.channels};
     }
     constexpr int64_t kSparseTaskPixels = 256, kMinTaskChannels = 16;
     int64_t rows = std::min(g.out_h, ceil_div(kSparseTaskPixels, g.out_w));
@@ -1073,6 +1064,39 @@ class ViewStep final : public Step {
 };
 
 }  // namespace
+
+// All channels, an image cut into row blocks only as far as the threads need (balanced_blocks: a
+// block per image from a batch of 16 on 2 threads, two at batch 1): four blocks per thread
+// whatever the batch made GEMMs of a few rows, each with its own im2col halo and call costs;
+// cutting only as needed ran MobileNetV2 1.24x (b16) and 1.29x (b1), ResNet-50 1.30x and 1.17x
+// (2 threads, 5 interleaved pairs, medians). Blocks of output channels instead:
+//  - Where the weights outweigh the image's column matrix (out_c >= out_h * out_w: the deep
+//    layers at batch 1): every row block streams all the weights from memory, a channel block
+//    only its part, at the cost of redoing the im2col. This also splits a depthwise layer's
+//    small planes (7x7, 14x14) by channels: MobileNetV2 at batch 1, 2 threads, 1.005-1.04x
+//    (dense), 1.03-1.05x (80% pruned); its 7- and 14-wide depthwise layers 1.3-1.6x.
+//  - Where row blocks would not start on a cache line (28 rows of 28 in two blocks: 392 floats)
+//    and a channel block redoes nothing (depthwise and stride-1 1x1 layers, which read their
+//    input in place): both threads would write the line at each block's edge in every plane,
+//    and it would travel between their cores once per plane. MobileNetV2's 28x28 depthwise
+//    layer alone (192 channels, 2 threads, one pinned process each): 40-150 us by rows, 25-37
+//    by channels; MobileNetV2 at batch 1 against oneDNN (2 threads, 10 alternated pairs,
+//    medians): 0.874x -> 0.907x, its 80% twin 1.44-1.49x -> 1.51-1.54x; ResNet-50 at batch 1,
+//    whose 28x28 1x1 layers change too, 0.885x -> 0.891x.
+ConvTasks dense_conv_tasks(const kernels::ConvGeometry& g, int64_t granule, int64_t batch,
+                           int threads) {
+  const int64_t rows = ceil_div(g.out_h, balanced_blocks(batch, threads, g.out_h));
+  const bool depthwise = g.groups == g.in_c && g.groups == g.out_c;
+  const bool pointwise = g.groups == 1 && g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 &&
+                         g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0;
+  const bool edges_share_lines = rows < g.out_h && rows * g.out_w % kernels::kLineFloats != 0;
+  if (granule < g.out_c &&
+      (g.out_c >= g.out_h * g.out_w || ((depthwise || pointwise) && edges_share_lines))) {
+    const int64_t blocks = balanced_blocks(batch, threads, ceil_div(g.out_c, granule));
+    return {g.out_h, channels_per_block(g.out_c, granule, blocks)};
+  }
+  return {rows, g.out_c};
+}
 
 bool output_over_input(const graph::Graph& graph, std::span<const int> root, std::size_t n,
                        int input) {

@@ -13,6 +13,10 @@
 
 #include "graph/graph.h"
 
+namespace sparsecol::kernels {
+struct ConvGeometry;
+}  // namespace sparsecol::kernels
+
 namespace sparsecol::runtime::layerwise {
 
 // What a step sees at run time. Every value's tensor is bound before the step runs: arena
@@ -48,6 +52,16 @@ bool output_over_input(const graph::Graph& graph, std::span<const int> root, std
                        int input);
 // What LayerInfo::implementation adds for a node whose output the executor placed so.
 inline constexpr std::string_view kWrittenOverInput = ", in place over its residual";
+
+// How the layer-by-layer step cuts a dense convolution's output into tasks for `threads` threads
+// at batch `batch`: blocks of `rows` output rows (the whole height: one block per image) x
+// `channels` output channels (a multiple of `granule`, kernels::PackedConv::channel_granule, or
+// all of them). Every output element is computed the same way whatever the cut.
+struct ConvTasks {
+  int64_t rows, channels;
+};
+ConvTasks dense_conv_tasks(const kernels::ConvGeometry& g, int64_t granule, int64_t batch,
+                           int threads);
 
 // The node's fast implementation, or nullptr with `why_not` saying why none serves it. The
 // graph is specialized: every shape is concrete.
