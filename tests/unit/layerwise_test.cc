@@ -290,6 +290,21 @@ TEST(Layerwise, ChannelSplitDepthwiseAndPointwiseLayersMatchReference) {
   expect_matches_reference(b.finish({pw}), {{"x", random_tensor({1, 48, 28, 28}, 43)}});
 }
 
+// A linear layer whose 128 rows make one task, so that 2 and 3 threads split its columns, with
+// a depth of several blocks of K (the tasks then sum into buffers of their own, GemmStep) and a
+// bias and residual fused.
+TEST(Layerwise, LinearLayerSplitByColumnsOverSeveralKBlocksMatchesReference) {
+  constexpr int64_t kDepth = 700, kOut = 320;
+  GraphBuilder b;
+  const int x = b.input("x", {128, kDepth});
+  const int r = b.input("r", {128, kOut});
+  const int y = b.node("MatMul", {x, b.constant("w", random_tensor({kDepth, kOut}, 47))});
+  const int out =
+      b.node("Add", {b.node("Add", {y, b.constant("bias", random_tensor({kOut}, 48))}), r});
+  expect_matches_reference(b.finish({out}), {{"x", random_tensor({128, kDepth}, 49)},
+                                             {"r", random_tensor({128, kOut}, 50)}});
+}
+
 TEST(Layerwise, RejectsZeroThreads) {
   GraphBuilder b;
   const int x = b.input("x", {2});
