@@ -245,36 +245,30 @@ kernels::ConvGeometry square_conv(int64_t channels, int64_t size, int64_t kernel
 }
 
 TEST(Layerwise, DenseConvTasksSplitChannelsWhereRowBlocksWouldShareCacheLines) {
-  using runtime::layerwise::dense_conv_tasks;
-  // Batch 1 on 2 threads: two row blocks of 14 rows of 28 would both write the line at their
-  // edge (14 * 28 floats is not a whole number of lines): a depthwise or 1x1 layer splits its
-  // channels instead, which redoes nothing.
-  for (const bool depthwise : {true, false}) {
-    const auto tasks =
-        dense_conv_tasks(square_conv(192, 28, depthwise ? 3 : 1, depthwise), 16, 1, 2);
-    EXPECT_EQ(tasks.rows, 28) << "depthwise " << depthwise;
-    EXPECT_EQ(tasks.channels, 96) << "depthwise " << depthwise;
+  struct Case {
+    const char* why;
+    kernels::ConvGeometry geometry;
+    int64_t granule, batch, rows, channels;
+  };
+  // All on 2 threads.
+  const Case cases[] = {
+      // Two row blocks of 14 rows of 28 would both write the line at their edge (14 * 28 floats
+      // is not a whole number of lines): a depthwise or 1x1 layer splits its channels instead,
+      // which redoes nothing.
+      {"depthwise 28x28", square_conv(192, 28, 3, true), 16, 1, 28, 96},
+      {"1x1 28x28", square_conv(192, 28, 1, false), 16, 1, 28, 96},
+      {"3x3 28x28: a channel block would redo its im2col", square_conv(192, 28, 3, false), 8, 1, 14,
+       192},
+      {"28 rows of 56 start on a line", square_conv(144, 56, 3, true), 16, 1, 28, 144},
+      {"more channels than pixels", square_conv(256, 14, 3, false), 8, 1, 14, 128},
+      {"an image per thread", square_conv(192, 28, 3, true), 16, 16, 28, 192},
+      {"one granule of channels", square_conv(16, 28, 3, true), 16, 1, 14, 16},
+  };
+  for (const Case& c : cases) {
+    const auto tasks = runtime::layerwise::dense_conv_tasks(c.geometry, c.granule, c.batch, 2);
+    EXPECT_EQ(tasks.rows, c.rows) << c.why;
+    EXPECT_EQ(tasks.channels, c.channels) << c.why;
   }
-  // A dense 3x3 would redo its im2col per channel block: it keeps its rows.
-  auto tasks = dense_conv_tasks(square_conv(192, 28, 3, false), 8, 1, 2);
-  EXPECT_EQ(tasks.rows, 14);
-  EXPECT_EQ(tasks.channels, 192);
-  // 28 rows of 56 start on a line: rows.
-  tasks = dense_conv_tasks(square_conv(144, 56, 3, true), 16, 1, 2);
-  EXPECT_EQ(tasks.rows, 28);
-  EXPECT_EQ(tasks.channels, 144);
-  // More channels than pixels: channels, whatever the kernel.
-  tasks = dense_conv_tasks(square_conv(256, 14, 3, false), 8, 1, 2);
-  EXPECT_EQ(tasks.rows, 14);
-  EXPECT_EQ(tasks.channels, 128);
-  // A batch with an image per thread: whole images, all channels.
-  tasks = dense_conv_tasks(square_conv(192, 28, 3, true), 16, 16, 2);
-  EXPECT_EQ(tasks.rows, 28);
-  EXPECT_EQ(tasks.channels, 192);
-  // A layer whose channels make one granule cannot be split by channels.
-  tasks = dense_conv_tasks(square_conv(16, 28, 3, true), 16, 1, 2);
-  EXPECT_EQ(tasks.rows, 14);
-  EXPECT_EQ(tasks.channels, 16);
 }
 
 // The depthwise and 1x1 layers above, split by channels at batch 1 on 2 and 3 threads, give the
