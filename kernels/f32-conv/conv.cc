@@ -333,7 +333,20 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
         kMinBlockNonZeros / std::max(nnz_per_channel, 1.0 / static_cast<double>(g.in_c))));
     const int64_t fit_c = std::max<int64_t>(1, budget / (width + reach));
     const int64_t most_c = std::max(least_c, fit_c);
-    const int64_t blocks = (g.in_c + most_c - 1) / most_c;
+    int64_t blocks = (g.in_c + most_c - 1) / most_c;
+    // A 1x1 layer whose blocks the non-zero floor makes wider than L1 anyway (least_c > fit_c),
+    // and whose whole tile of B sits in a quarter of L2, gains nothing from blocks: they only
+    // add a pass over the partial sums each, and keep the output off its residual's buffer
+    // (may_overwrite_residual). ResNet-50 90% at batch 16, layer by layer, 2 threads (Zen 4,
+    // `--per-layer`, two alternated pairs): its 256 -> 1024 layers at 14x14, whose residual the
+    // output now overwrites, 20.5 and 19.6 -> 15.7 and 15.7 ms for the six; the other layers
+    // this touches (256 and 512 input channels) within noise, alone and in the model
+    // (bench/spmm_bench.cc, one thread, three alternated runs). 1024 input channels (512 KiB of
+    // B per tile) keep their blocks: on Zen 5 they ran 1.05-1.1x faster with them.
+    if (!phases && least_c > fit_c &&
+        g.in_c * width * static_cast<int64_t>(sizeof(float)) <= core_caches().l2 / 4) {
+      blocks = 1;
+    }
     block_c = (g.in_c + blocks - 1) / blocks;
   }
   for (int64_t c0 = 0; c0 < g.in_c; c0 += block_c) {

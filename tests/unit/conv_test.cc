@@ -285,6 +285,14 @@ TEST(ConvTest, MayOverwriteTheResidualOnlyWhereEachOutputIsWrittenOnce) {
   EXPECT_TRUE(may({"", 64, 32, 8, 8, 1, 1, 0, 1, 1}, 0.9, 0.5));
   EXPECT_FALSE(may({"", 2048, 16, 8, 8, 1, 1, 0, 1, 1}, 0.5, 0.4));  // K-blocks of channels
   EXPECT_TRUE(may({"", 64, 32, 8, 8, 3, 1, 1, 1, 1}, 0.9, 0.5));     // phase planes, scratch
+  // ResNet-50's 256 -> 1024 at 90% on 14x14 planes: 240 input channels a block would keep the
+  // 24 non-zeros a row the blocks need, more than L1 holds of 128-pixel tiles, so one block
+  // where the whole tile of B (256 x 128 floats) fits a quarter of L2 (conv.cc, pack_sparse).
+  // On a 1 MiB L2 (the machines of docs/BENCHMARKS.md) 256 channels take one block, 1024 (512
+  // KiB of B) keep theirs.
+  const int64_t quarter_l2 = kernels::core_caches().l2 / 4;
+  EXPECT_EQ(may({"", 256, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5), quarter_l2 >= 256 * 128 * 4);
+  EXPECT_EQ(may({"", 1024, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5), quarter_l2 >= 1024 * 128 * 4);
 }
 
 TEST(ConvTest, RefusesInvalidGeometry) {
