@@ -223,11 +223,7 @@ class DepthwiseExecutor final : public Executor {
         if (unit.step == nullptr) unit.step = layerwise::make_reference_step(graph_, node);
         // (Not a column's output: a tile may still read rows of the input, as a halo, that an
         // earlier tile's output would already have replaced.)
-        const int over = unit.step->writes_over_input();
-        if (layerwise::output_over_input(graph_, root_, n, over)) {
-          root_[index(node.outputs[0])] = root_[index(node.inputs[index(over)])];
-          written_over_.push_back(node.outputs[0]);
-        }
+        layerwise::place_output_over_input(graph_, n, *unit.step, root_, written_over_);
       }
       units_.push_back(std::move(unit));
     }

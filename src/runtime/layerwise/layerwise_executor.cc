@@ -105,12 +105,7 @@ class LayerwiseExecutor final : public Executor {
       } else {
         step = layerwise::make_fast_step(graph_, node, options_, &why_not);
         if (step == nullptr) step = layerwise::make_reference_step(graph_, node);
-        const int over = step->writes_over_input();
-        if (layerwise::output_over_input(graph_, root_, n, over)) {
-          root_[static_cast<std::size_t>(node.outputs[0])] =
-              root_[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(over)])];
-          written_over_.push_back(node.outputs[0]);
-        }
+        layerwise::place_output_over_input(graph_, n, *step, root_, written_over_);
       }
       if (verbose) {
         std::fprintf(stderr, "layerwise: %s '%s': %s%s\n", node.op_type.c_str(), node.name.c_str(),

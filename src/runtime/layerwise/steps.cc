@@ -1124,6 +1124,8 @@ ConvTasks dense_conv_tasks(const kernels::ConvGeometry& g, int64_t granule, int6
   return {rows, g.out_c};
 }
 
+namespace {
+
 bool output_over_input(const graph::Graph& graph, std::span<const int> root, std::size_t n,
                        int input) {
   const graph::Node& node = graph.nodes[n];
@@ -1151,6 +1153,19 @@ bool output_over_input(const graph::Graph& graph, std::span<const int> root, std
   for (std::size_t m = n + 1; m < graph.nodes.size(); ++m) {
     if (reads_buffer(graph.nodes[m], -1)) return false;
   }
+  return true;
+}
+
+}  // namespace
+
+bool place_output_over_input(const graph::Graph& graph, std::size_t n, const Step& step,
+                             std::vector<int>& root, std::vector<int>& written_over) {
+  const int input = step.writes_over_input();
+  if (!output_over_input(graph, root, n, input)) return false;
+  const graph::Node& node = graph.nodes[n];
+  root[static_cast<std::size_t>(node.outputs[0])] =
+      root[static_cast<std::size_t>(node.inputs[static_cast<std::size_t>(input)])];
+  written_over.push_back(node.outputs[0]);
   return true;
 }
 

@@ -39,17 +39,19 @@ class Step {
   // The input (an index into the node's inputs) whose buffer the output may be written over, or
   // -1: a residual that the kernel reads element by element just before writing the same
   // element of the output (kernels::PackedConv::may_overwrite_residual). Whether the executor
-  // does is output_over_input()'s question.
+  // does is place_output_over_input()'s question.
   virtual int writes_over_input() const { return -1; }
 };
 
-// Whether the executor may place node n's output in the buffer of its input `input` (from
-// Step::writes_over_input; -1: no): that input lives in a planned buffer (root[input] >= 0) of
-// the output's bytes, which no other input of the node and no later node reads, and the output
-// is an ordinary planned buffer (root[output] == output: not a graph output, not a view).
+// Places node n's output in the buffer of the input its step writes over
+// (Step::writes_over_input), where the executor may: that input lives in a planned buffer
+// (root[input] >= 0) of the output's bytes, which no other input of the node and no later node
+// reads, and the output is an ordinary planned buffer (root[output] == output: not a graph
+// output, not a view). Then root[output] becomes that buffer, the output is appended to
+// `written_over` (the executor binds it to its input's bytes) and the result is true.
 // `root`: the buffer each value lives in so far (the executors' root_, negative: unplanned).
-bool output_over_input(const graph::Graph& graph, std::span<const int> root, std::size_t n,
-                       int input);
+bool place_output_over_input(const graph::Graph& graph, std::size_t n, const Step& step,
+                             std::vector<int>& root, std::vector<int>& written_over);
 // What LayerInfo::implementation adds for a node whose output the executor placed so.
 inline constexpr std::string_view kWrittenOverInput = ", in place over its residual";
 
