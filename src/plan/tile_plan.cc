@@ -316,6 +316,8 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
   c.arena_bytes = arena.arena_size;
   c.buffer_offset = arena.offsets;
   c.buffer_offset.push_back(-1);
+  c.buffer_requests = std::move(requests);
+  c.written_over.assign(static_cast<std::size_t>(m), -1);
   c.working_set_bytes = c.arena_bytes + c.scratch_bytes + c.weight_bytes;  // all resident
   c.halo_overhead = useful > 0 ? static_cast<double>(computed - useful) / useful : 0.0;
   c.ops = std::move(ops);
@@ -724,6 +726,64 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     op.inputs[static_cast<std::size_t>(e.input)] = *map;
   }
   return op;
+}
+
+int share_residual_buffers(const graph::Graph& graph, Column& c,
+                           const std::vector<bool>& may_overwrite) {
+  const std::size_t m = c.ops.size();
+  auto producer = [&](int v) {
+    for (std::size_t k = 0; k < m; ++k) {
+      if (c.ops[k].output == v) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  auto readers = [&](int v) {  // ops of the column reading v, counted once per input
+    std::vector<std::size_t> ops;
+    for (std::size_t j = 0; j < m; ++j) {
+      for (int input : graph.nodes[static_cast<std::size_t>(c.ops[j].node)].inputs) {
+        if (input == v) ops.push_back(j);
+      }
+    }
+    return ops;
+  };
+  std::vector<BufferRequest>& requests = c.buffer_requests;
+  const auto keeps_rows = [&](std::size_t k) {
+    return requests[k].last_step == static_cast<int>(m);
+  };
+  int shared = 0;
+  for (std::size_t i = 0; i + 1 < m; ++i) {  // the anchor writes to memory
+    if (i >= may_overwrite.size() || !may_overwrite[i]) continue;
+    const std::optional<runtime::FusedEpilogue> fused = fuse_tile_epilogue(graph, c.ops[i]);
+    if (!fused || fused->residual_input < 0) continue;
+    const int residual = graph.nodes[static_cast<std::size_t>(c.ops[i].node)]
+                             .inputs[static_cast<std::size_t>(fused->residual_input)];
+    const int k = producer(residual);
+    const std::vector<std::size_t> read_by = readers(residual);
+    if (k < 0 || read_by.back() != i || keeps_rows(i)) continue;
+    const auto ku = static_cast<std::size_t>(k);
+    if (keeps_rows(ku) || std::count(read_by.begin(), read_by.end(), i) != 1 ||
+        c.ops[ku].channels != c.ops[i].channels || c.ops[ku].width != c.ops[i].width ||
+        std::any_of(c.rows.begin(), c.rows.end(),
+                    [&](const std::vector<RowRange>& tile) { return tile[ku] != tile[i]; })) {
+      continue;
+    }
+    // One buffer from the first step of the op that owns it (k, or the op whose buffer k wrote
+    // over) to i's last; i's own request keeps no bytes.
+    const int owner = c.written_over[ku] >= 0 ? c.written_over[ku] : k;
+    requests[static_cast<std::size_t>(owner)].last_step = requests[i].last_step;
+    requests[i].size = 0;
+    c.written_over[i] = owner;
+    ++shared;
+  }
+  if (shared == 0) return 0;
+  const MemoryPlan arena = plan_memory(requests);
+  c.working_set_bytes -= c.arena_bytes - arena.arena_size;
+  c.arena_bytes = arena.arena_size;
+  for (std::size_t i = 0; i + 1 < m; ++i) {
+    const int owner = c.written_over[i];
+    c.buffer_offset[i] = arena.offsets[owner >= 0 ? static_cast<std::size_t>(owner) : i];
+  }
+  return shared;
 }
 
 std::optional<runtime::FusedEpilogue> fuse_tile_epilogue(const graph::Graph& graph,

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "plan/memory_plan.h"
 #include "runtime/kernel_bindings.h"
 #include "scratch.h"
 
@@ -163,6 +164,13 @@ struct Column {
   // (written straight to memory); buffers whose lifetimes within a tile do not overlap share
   // bytes, except rolling buffers that keep rows for the next tile (PlanOptions::rolling).
   std::vector<int64_t> buffer_offset;
+  // The arena's requests, per op but the anchor: bytes, and the ops (as steps) through which the
+  // buffer holds its rows (to the end of the tile when it keeps rows for the next one).
+  std::vector<BufferRequest> buffer_requests;
+  // written_over[i]: the op whose tile buffer ops[i] writes its output into, over its fused
+  // residual (share_residual_buffers): the residual's producer, or the op whose buffer that one
+  // wrote over in turn; -1 for a buffer of its own.
+  std::vector<int> written_over;
   // feature_blocks[i]: ops[i]'s tile buffer holds its tokens in the sparse linear kernel's
   // feature blocks (kernels::TokenLayout::kFeatureBlocks), not token-major: a sparse linear
   // layer's output that only the next one reads, as its input 0 (BERT's FFN), on tiles of whole
@@ -184,6 +192,18 @@ struct Column {
   bool is_output(int op) const;          // ops[op]'s output is written to memory
   double flops_per_cached_byte() const;  // flops / bytes_in_cache
 };
+
+// Where the kernel of ops[i] may write its output over its fused residual (`may_overwrite[i]`,
+// from the kernels: kernels::PackedConv::may_overwrite_residual) and the column allows it, the two
+// share one tile buffer and the arena is planned again (it and the working set only shrink). The
+// column allows it where the residual is the output of an earlier op of the column that ops[i]
+// reads only as its residual and that nothing reads after ops[i], of the same rows as ops[i]'s
+// on every tile, neither of them keeping rows for the next tile. Then every residual element is
+// read just before its output element is written, as layer by layer: the stores hit lines the
+// epilogue has just read instead of missing in cache, and the column's arena is smaller. Returns
+// how many buffers it shared.
+int share_residual_buffers(const graph::Graph& graph, Column& c,
+                           const std::vector<bool>& may_overwrite);
 
 struct TilePlan {
   std::vector<Column> columns;

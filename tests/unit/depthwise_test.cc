@@ -79,19 +79,24 @@ TEST(Depthwise, ResidualCnnMatchesReference) {
 
 // Ops run whole may write a convolution's output over its residual's buffer (as layer by layer);
 // a column's output never does (a later tile may still read the residual's rows as a halo).
-TEST(Depthwise, WholeOpsOverwriteAResidualOnlyWhereNothingReadsItLater) {
+// Inside a column a convolution writes over its residual's tile buffer where each tile computes
+// the same rows of both (plan::share_residual_buffers): in row tiles not over a residual that a
+// 3x3 convolution also reads (it holds halo rows), in whole-image tiles over that one too.
+TEST(Depthwise, ResidualsAreWrittenOverOnlyWhereNothingReadsThemLater) {
   const NamedTensors inputs = {{"x", random_tensor({3, 16, 9, 10}, 48)}};
   expect_matches_reference(residual_reuse_net(9, 10), inputs);
-  Options whole;  // a budget too small for any column: every op runs whole
-  whole.cache_budget_bytes = 1 << 10;
-  EXPECT_EQ(
-      written_over_residuals(depthwise(residual_reuse_net(9, 10), inputs, 2, whole)->layers()),
-      (std::vector<bool>{true, true, false, false, false}));
-  Options columns;  // forced tiles: one column of every op
-  columns.tile_rows = 3;
-  EXPECT_EQ(
-      written_over_residuals(depthwise(residual_reuse_net(9, 10), inputs, 2, columns)->layers()),
-      std::vector<bool>(5, false));
+  auto written_over = [&](int64_t budget, int64_t tile_rows) {
+    Options options;
+    options.cache_budget_bytes = budget;
+    options.tile_rows = tile_rows;
+    return written_over_residuals(
+        depthwise(residual_reuse_net(9, 10), inputs, 2, options)->layers());
+  };
+  // A budget too small for any column: every op runs whole.
+  EXPECT_EQ(written_over(1 << 10, 0), (std::vector<bool>{true, true, false, false, false}));
+  // Forced tiles: one column of every op.
+  EXPECT_EQ(written_over(0, 3), (std::vector<bool>{false, true, false, false, false}));
+  EXPECT_EQ(written_over(0, 9), (std::vector<bool>{true, true, false, false, false}));
 }
 
 // A column's layers report their packed weights as the steps run whole do: format and bytes.

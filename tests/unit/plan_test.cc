@@ -674,6 +674,53 @@ TEST(Partition, RollingBuffersThatKeepRowsShareNoBytes) {
   }
 }
 
+// A block's 1x1 convolution shares its residual's tile buffer (plan::share_residual_buffers)
+// where its kernel may write over it and every tile computes the same rows of both: with whole-
+// image tiles each block's 1x1 writes over the block's input, which the chain hands on from the
+// stem's buffer; with row tiles the block inputs also hold the 3x3's halo rows, and nothing is
+// shared. Shared or not, buffers live at the same time never share bytes.
+TEST(Partition, ResidualBuffersAreSharedWhereEveryTileComputesTheSameRows) {
+  const graph::Graph g = prepared(residual_chain(), {1, 16, 32, 24});
+  std::vector<plan::TileOp> ops;
+  std::string why;
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    const std::optional<plan::TileOp> op = plan::make_tile_op(g, n, &why);
+    if (!op) break;
+    ops.push_back(*op);
+  }
+  ASSERT_EQ(ops.size(), 9u) << "the stem, then a 3x3 and a 1x1 + Add + Relu per block";
+  const std::vector<bool> all(ops.size(), true);
+  for (bool rolling : {false, true}) {
+    std::optional<plan::Column> c = plan::layout_column(g, ops, 32, rolling);
+    ASSERT_TRUE(c);
+    const plan::Column before = *c;
+    EXPECT_EQ(plan::share_residual_buffers(g, *c, std::vector<bool>(ops.size(), false)), 0);
+    EXPECT_EQ(c->buffer_offset, before.buffer_offset);
+
+    ASSERT_EQ(plan::share_residual_buffers(g, *c, all), 3) << "rolling " << rolling;
+    EXPECT_EQ(c->written_over, (std::vector<int>{-1, -1, 0, -1, 0, -1, 0, -1, -1}));
+    for (std::size_t i : {2, 4, 6}) EXPECT_EQ(c->buffer_offset[i], c->buffer_offset[0]);
+    EXPECT_LT(c->arena_bytes, before.arena_bytes);
+    EXPECT_EQ(before.working_set_bytes - c->working_set_bytes, before.arena_bytes - c->arena_bytes);
+    const std::vector<plan::BufferRequest>& r = c->buffer_requests;
+    for (std::size_t a = 0; a < r.size(); ++a) {
+      EXPECT_LE(c->buffer_offset[a] + r[a].size, c->arena_bytes);
+      for (std::size_t b = a + 1; b < r.size(); ++b) {
+        if (r[a].size == 0 || r[b].size == 0 || !plan::lifetimes_overlap(r[a], r[b])) continue;
+        EXPECT_TRUE(c->buffer_offset[a] + r[a].size <= c->buffer_offset[b] ||
+                    c->buffer_offset[b] + r[b].size <= c->buffer_offset[a])
+            << "buffers " << a << " and " << b << " are live at once and share bytes";
+      }
+    }
+  }
+  for (int64_t rows : {4, 7}) {
+    std::optional<plan::Column> c = plan::layout_column(g, ops, rows, true);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(plan::share_residual_buffers(g, *c, all), 0) << rows << "-row tiles";
+    EXPECT_EQ(c->written_over, std::vector<int>(ops.size(), -1));
+  }
+}
+
 // Where the threads would need tiles narrower than a kernel tile (64 pixels) to each get some
 // at batch 1, the small planes run whole (each op split across the threads); a batch with an
 // image per thread, or a tile height the user forces, tiles them.

@@ -98,6 +98,7 @@ class DepthwiseExecutor final : public Executor {
     replicas_ = depthwise::plan_replicas(thread_nodes_, options_.replicate_weights);
     build_units();
     build_kernels();
+    for (ColumnRun& run : columns_) layout_tile_buffers(run);
     plan_buffers();
     if (options_.verbose || verbose_from_env()) {
       std::fprintf(stderr, "%s", plan::describe_plan(graph_, plan_).c_str());
@@ -146,8 +147,9 @@ class DepthwiseExecutor final : public Executor {
         infos.push_back(describe_node(graph_, node));
         run.kernels[0][i]->describe(infos.back());
         infos.back().implementation =
-            fmt::format("column {} ({} rows/tile): {}", unit.column, run.column->tile_rows,
-                        run.kernels[0][i]->implementation());
+            fmt::format("column {} ({} rows/tile): {}{}", unit.column, run.column->tile_rows,
+                        run.kernels[0][i]->implementation(),
+                        run.column->written_over[i] >= 0 ? layerwise::kWrittenOverInput : "");
       }
     }
     return infos;
@@ -250,7 +252,6 @@ class DepthwiseExecutor final : public Executor {
       run.sources.push_back(std::move(sources));
     }
     run.queue = std::make_unique<TileQueue>(thread_nodes_, c.batch, c.tiles_per_image);
-    layout_tile_buffers(run);
   }
 
   // The columns' kernels (their packed weights), once per copy of replicas_: each copy built by
@@ -293,10 +294,17 @@ class DepthwiseExecutor final : public Executor {
     }
   }
 
-  // The planner's arena (with PlanOptions::rolling as tile_reuse says); op k's buffer holds its
-  // most rows of any tile, so its channel planes are that many rows apart (in whole lines).
-  void layout_tile_buffers(ColumnRun& run) const {
-    const plan::Column& c = *run.column;
+  // The planner's arena (with PlanOptions::rolling as tile_reuse says), with the buffers shared
+  // where a kernel writes over its residual (the kernels decide, so this follows
+  // build_kernels); op k's buffer holds its most rows of any tile, so its channel planes are
+  // that many rows apart (in whole lines).
+  void layout_tile_buffers(ColumnRun& run) {
+    plan::Column& c = plan_.columns[static_cast<std::size_t>(run.column - plan_.columns.data())];
+    std::vector<bool> may_overwrite;
+    for (const auto& kernel : run.kernels[0]) {
+      may_overwrite.push_back(kernel->may_overwrite_residual());
+    }
+    plan::share_residual_buffers(graph_, c, may_overwrite);
     run.rolling = options_.tile_reuse == TileReuse::kRolling;
     run.offset = c.buffer_offset;
     run.arena_bytes = c.arena_bytes;

@@ -180,6 +180,9 @@ class ConvTile final : public TileKernel {
     info.weight_format = conv_.weight_format();
     info.packed_bytes = conv_.packed_bytes();
   }
+  bool may_overwrite_residual() const override {
+    return fused_ && fused_->residual_input >= 0 && conv_.may_overwrite_residual();
+  }
 
  private:
   kernels::PackedConv conv_;

@@ -33,6 +33,10 @@ class TileKernel {
   // The kernel's part of the op's LayerInfo: a packed weight's format and bytes, where it has one
   // (describe_node() fills in the rest, as for the layer-by-layer steps).
   virtual void describe(LayerInfo& /*info*/) const {}
+  // Whether the output may be written over the fused residual's own rows (the residual's view
+  // passed as the output): every residual element read before its output element is written,
+  // and each output element written once (plan::share_residual_buffers).
+  virtual bool may_overwrite_residual() const { return false; }
 };
 
 // The kernel of a tile op (plan::make_tile_op accepted it), with the user's options (a Conv's
