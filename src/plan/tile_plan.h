@@ -200,8 +200,11 @@ struct Column {
 // reads only as its residual and that nothing reads after ops[i], of the same rows as ops[i]'s
 // on every tile, neither of them keeping rows for the next tile. Then every residual element is
 // read just before its output element is written, as layer by layer: the stores hit lines the
-// epilogue has just read instead of missing in cache, and the column's arena is smaller. Returns
-// how many buffers it shared.
+// epilogue has just read instead of missing in cache, and the column's arena is smaller.
+// ResNet-50 at batch 16 (whole-image tiles in L3 columns: 11 of its 16 block-final 1x1 layers
+// pruned 90% or 95%, 5 dense), 2 threads, Zen 4, depth-wise medians in alternated processes:
+// 90% 190.5 -> 176 ms (4 pairs; over layer by layer in the same processes 1.26x -> 1.29x), 95%
+// 146 -> 129 ms (3 pairs; 1.34x -> 1.48x), dense within noise. Returns how many it shared.
 int share_residual_buffers(const graph::Graph& graph, Column& c,
                            const std::vector<bool>& may_overwrite);
 
