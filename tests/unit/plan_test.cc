@@ -629,19 +629,25 @@ TEST(Partition, FewTilesAreSharedEvenlyByTheThreads) {
   }
 }
 
+// The graph's nodes from the first up to the first that cannot run on a tile, as tile ops.
+std::vector<plan::TileOp> leading_tile_ops(const graph::Graph& g) {
+  std::vector<plan::TileOp> ops;
+  std::string why;
+  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
+    const std::optional<plan::TileOp> op = plan::make_tile_op(g, n, &why);
+    if (!op) break;
+    ops.push_back(*op);
+  }
+  return ops;
+}
+
 // Rolling buffers (PlanOptions::rolling): a buffer that keeps rows for the next tile shares its
 // bytes with no other buffer of the column, so the arena the working set counts is at least the
 // halo recomputation's, where buffers share once their readers are done.
 TEST(Partition, RollingBuffersThatKeepRowsShareNoBytes) {
   const graph::Graph g = prepared(residual_chain(), {1, 16, 32, 24});
   for (int64_t rows : {1, 3, 7}) {
-    std::vector<plan::TileOp> ops;
-    std::string why;
-    for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
-      const std::optional<plan::TileOp> op = plan::make_tile_op(g, n, &why);
-      if (!op) break;
-      ops.push_back(*op);
-    }
+    const std::vector<plan::TileOp> ops = leading_tile_ops(g);
     ASSERT_GE(ops.size(), 4u);
     const std::optional<plan::Column> halo = plan::layout_column(g, ops, rows, false);
     const std::optional<plan::Column> rolling = plan::layout_column(g, ops, rows, true);
@@ -681,13 +687,7 @@ TEST(Partition, RollingBuffersThatKeepRowsShareNoBytes) {
 // shared. Shared or not, buffers live at the same time never share bytes.
 TEST(Partition, ResidualBuffersAreSharedWhereEveryTileComputesTheSameRows) {
   const graph::Graph g = prepared(residual_chain(), {1, 16, 32, 24});
-  std::vector<plan::TileOp> ops;
-  std::string why;
-  for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n) {
-    const std::optional<plan::TileOp> op = plan::make_tile_op(g, n, &why);
-    if (!op) break;
-    ops.push_back(*op);
-  }
+  const std::vector<plan::TileOp> ops = leading_tile_ops(g);
   ASSERT_EQ(ops.size(), 9u) << "the stem, then a 3x3 and a 1x1 + Add + Relu per block";
   const std::vector<bool> all(ops.size(), true);
   for (bool rolling : {false, true}) {
