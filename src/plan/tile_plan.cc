@@ -182,18 +182,20 @@ void mark_feature_blocks(const graph::Graph& graph, const GraphFacts& facts,
   }
 }
 
+// The op of a column that writes value v, or -1.
+int producer_in(const std::vector<TileOp>& ops, int v) {
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].output == v) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
                              std::vector<TileOp> ops, int64_t tile_rows, bool rolling) {
   if (ops.empty()) return std::nullopt;
   const auto m = static_cast<int>(ops.size());
   const int first_node = ops.front().node, last_node = ops.back().node;
-  // producer[v]: the op of this column that writes value v.
-  auto producer = [&](int v) {
-    for (int i = 0; i < m; ++i) {
-      if (ops[static_cast<std::size_t>(i)].output == v) return i;
-    }
-    return -1;
-  };
+  auto producer = [&](int v) { return producer_in(ops, v); };
   // source[i][j]: the op of this column that writes input j of op i, or -1.
   std::vector<std::vector<int>> source(static_cast<std::size_t>(m));
   for (int i = 0; i < m; ++i) {
@@ -731,12 +733,6 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
 int share_residual_buffers(const graph::Graph& graph, Column& c,
                            const std::vector<bool>& may_overwrite) {
   const std::size_t m = c.ops.size();
-  auto producer = [&](int v) {
-    for (std::size_t k = 0; k < m; ++k) {
-      if (c.ops[k].output == v) return static_cast<int>(k);
-    }
-    return -1;
-  };
   auto readers = [&](int v) {  // ops of the column reading v, counted once per input
     std::vector<std::size_t> ops;
     for (std::size_t j = 0; j < m; ++j) {
@@ -757,7 +753,7 @@ int share_residual_buffers(const graph::Graph& graph, Column& c,
     if (!fused || fused->residual_input < 0) continue;
     const int residual = graph.nodes[static_cast<std::size_t>(c.ops[i].node)]
                              .inputs[static_cast<std::size_t>(fused->residual_input)];
-    const int k = producer(residual);
+    const int k = producer_in(c.ops, residual);
     const std::vector<std::size_t> read_by = readers(residual);
     if (k < 0 || read_by.back() != i || keeps_rows(i)) continue;
     const auto ku = static_cast<std::size_t>(k);

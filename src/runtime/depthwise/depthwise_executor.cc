@@ -98,7 +98,7 @@ class DepthwiseExecutor final : public Executor {
     replicas_ = depthwise::plan_replicas(thread_nodes_, options_.replicate_weights);
     build_units();
     build_kernels();
-    for (ColumnRun& run : columns_) layout_tile_buffers(run);
+    for (std::size_t col = 0; col < columns_.size(); ++col) layout_tile_buffers(col);
     plan_buffers();
     if (options_.verbose || verbose_from_env()) {
       std::fprintf(stderr, "%s", plan::describe_plan(graph_, plan_).c_str());
@@ -298,8 +298,9 @@ class DepthwiseExecutor final : public Executor {
   // where a kernel writes over its residual (the kernels decide, so this follows
   // build_kernels); op k's buffer holds its most rows of any tile, so its channel planes are
   // that many rows apart (in whole lines).
-  void layout_tile_buffers(ColumnRun& run) {
-    plan::Column& c = plan_.columns[static_cast<std::size_t>(run.column - plan_.columns.data())];
+  void layout_tile_buffers(std::size_t col) {
+    ColumnRun& run = columns_[col];
+    plan::Column& c = plan_.columns[col];
     std::vector<bool> may_overwrite;
     for (const auto& kernel : run.kernels[0]) {
       may_overwrite.push_back(kernel->may_overwrite_residual());
