@@ -509,11 +509,12 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
   }
 }
 
-// The 1x1 lowering reads B in place where its planes are whole cache lines apart and the region
-// starts on a line (with the packed offsets, or offsets re-mapped for a tile buffer's stride),
-// and from an aligned copy otherwise (conv.cc, sparse_conv_rows); with enough channels for
-// several K-blocks. Every way must give the bits of the whole aligned image, which must match
-// the reference.
+// The 1x1 lowering reads B in place where its planes are whole cache lines apart (with the
+// packed offsets, or offsets re-mapped for a tile buffer's stride), the columns before the
+// region's first line boundary in a product of their own where it starts off a line, and from an
+// aligned copy where the planes are not lines apart (conv.cc, sparse_conv_rows); with enough
+// channels for several K-blocks. Every way must give the bits of the whole aligned image, which
+// must match the reference.
 TEST_P(SparseConvTest, PointwiseGivesTheSameBitsWhereverBLies) {
   std::mt19937 rng(78);
   // 8 x 12 planes: 96 floats, six lines; rows start on a line every fourth row.
@@ -562,6 +563,8 @@ TEST_P(SparseConvTest, PointwiseGivesTheSameBitsWhereverBLies) {
       {"tile buffer with other aligned planes", 2, 6, 2, 6, 4 * g.in_w, 0},
       {"misaligned tensor", 0, g.in_h, 0, g.in_h, plane, 1},
       {"first row off a line", 1, 6, 0, g.in_h, plane, 0},
+      {"one row, shorter than the columns up to the next line", 0, 1, 0, g.in_h, plane, 1},
+      {"tile buffer, first row off a line", 3, 6, 2, 6, 4 * g.in_w, 0},
       {"planes off lines", 3, 7, 3, 7, 4 * g.in_w + 4, 0},
   };
   for (const Way& way : ways) {
