@@ -479,22 +479,50 @@ struct Candidates {
 };
 
 // Where layer by layer keeps its activations in the L3 (no L3 tier), an L2 column only saves
-// their round trips between L2 and L3, which matters to memory-bound ops (sparse and depthwise
-// convolutions, 5-54 FLOPs per byte kept in ResNet-50 90-95% and MobileNetV2) and not to dense
-// ones (ResNet-50's dense blocks 74-544, BERT's 384), where the tiles' halos and shorter kernel
-// calls only cost. Dense ResNet-50 at batch 1 (2 threads, fast mode, 3 alternated runs each):
+// their round trips between L2 and L3, and its tiles cost: halos recomputed, shorter kernel
+// calls, and the column's inputs and outputs read and written in row pieces (the output into
+// lines not in cache, where layer by layer writes a block's last op over its residual). So it
+// pays only where it keeps much and computes little per byte kept. Two limits, each measured.
+//
+// FLOPs per byte kept: memory-bound ops (sparse and depthwise convolutions, 5-54 FLOPs per byte
+// kept in ResNet-50 90-95% and MobileNetV2) gain, dense ones (ResNet-50's dense blocks 74-544,
+// BERT's 384) do not. Dense ResNet-50 at batch 1 (2 threads, fast mode, 3 alternated runs each):
 // depth-wise / layer by layer 0.977-0.981x with its L2 columns, 0.992-0.997x without those above
 // 100 FLOPs per byte, 1.001-1.007x without those above 60; ResNet-50 90% 0.995-0.997x with all,
 // 0.997-1.003x without those above 100 (1.08x in a slow-mode spell, where its 14x14 columns
 // lost); BERT dense 1.007-1.010x with its columns (a linear layer and its layer norm), 0.998-1.006x
 // without.
 constexpr double kMaxColumnFlopsPerCachedByte = 64.0;
+// Bytes kept per byte written, for image columns: a bottleneck block (ResNet-50's 1x1 layers cut
+// the channels 4x) keeps less than it writes, an inverted residual block (MobileNetV2's expand
+// 6x) 2-33x more. ResNet-50 90% at batch 1, 2 threads, Zen 4, 3 alternated runs of each: with
+// every column 0.967-0.986x of layer by layer, with the two of its nine columns that keep 2.3x
+// and 4x 1.005-1.038x; 95% 0.954-0.972x -> 0.976-1.010x; MobileNetV2 80% keeps all eight of its
+// columns (1.08-1.12x), and with a limit of 3, which drops two of them, ran 1.04-1.06x. Token
+// columns (BERT 90%: a linear layer and its layer norm, 1x) have no halo: not limited.
+constexpr double kMinImageColumnBytesKeptPerByteWritten = 2.0;
 
 // The bytes of an op's whole output at the plan's batch: what layer by layer writes.
 int64_t activation_bytes(const TileOp& op) { return op.batch * op.rows * op.row_bytes(); }
 
-bool compute_bound(const Column& c) {
-  return c.flops_per_cached_byte() > kMaxColumnFlopsPerCachedByte;
+// Why an L2 column does not pay where layer by layer keeps its activations in the L3, or "" where
+// it does (see above).
+std::string why_l2_column_does_not_pay(const Column& c) {
+  if (c.flops_per_cached_byte() > kMaxColumnFlopsPerCachedByte) {
+    return fmt::format(
+        "its column would do {:.0f} FLOPs per byte it keeps in L2, while layer by layer keeps "
+        "that byte in the L3 anyway: compute-bound, tiles would only cost",
+        c.flops_per_cached_byte());
+  }
+  const double kept_per_written = static_cast<double>(c.bytes_in_cache) /
+                                  static_cast<double>(std::max<int64_t>(1, c.bytes_to_memory));
+  if (!c.ops.back().tokens && kept_per_written < kMinImageColumnBytesKeptPerByteWritten) {
+    return fmt::format(
+        "its column would keep {:.1f} bytes in L2 per byte it writes, while layer by layer keeps "
+        "its activations in the L3 anyway: too little saved for what its tiles cost",
+        kept_per_written);
+  }
+  return "";
 }
 
 std::string kib(int64_t bytes) {
@@ -826,12 +854,12 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
       static_cast<double>(largest) > options.shared_cache_fraction * options.shared_cache_bytes;
   plan.l3_tier = tier_budget(Tier::kL3, options) > options.cache_budget_bytes && spills_l3;
   // Whether layer by layer keeps a column's activations in a known L3 (not when the user's budget
-  // is the only tier): then an L2 column of compute-bound ops does not pay (compute_bound). Per
-  // column, not per graph: MobileNetV2 at batch 16 spills the L3 at 112x112 but its 7x7 stage
-  // (3 MiB activations) stays there, and its L2 columns (118-283 FLOPs per byte kept, one 49-pixel
-  // image per tile) ran 1.03x slower than its ops whole (stacked images): depth-wise / layer by
-  // layer 1.24-1.26x -> 1.28-1.29x (2 threads, fast mode, 3 alternated runs); ResNet-50 90% at
-  // batch 16 (its last block's column) within noise.
+  // is the only tier): then an L2 column pays only where it keeps much and computes little per byte
+  // kept (why_l2_column_does_not_pay). Per column, not per graph: MobileNetV2 at batch 16 spills
+  // the L3 at 112x112 but its 7x7 stage (3 MiB activations) stays there, and its L2 columns
+  // (118-283 FLOPs per byte kept, one 49-pixel image per tile) ran 1.03x slower than its ops whole
+  // (stacked images): depth-wise / layer by layer 1.24-1.26x -> 1.28-1.29x (2 threads, fast mode, 3
+  // alternated runs); ResNet-50 90% at batch 16 (its last block's column) within noise.
   const auto l3_holds_activations = [&](const Column& c) {
     if (options.shared_cache_bytes <= 0 || options.shared_cache_fraction <= 0) return false;
     int64_t column_largest = 0;
@@ -893,14 +921,12 @@ TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options) {
       continue;
     }
     // A forced tile height asks for columns: only a chosen one is weighed.
-    if (options.tile_rows == 0 && best->tier == Tier::kL2 && l3_holds_activations(*best) &&
-        compute_bound(*best)) {
-      plan.why_whole[i] = fmt::format(
-          "its column would do {:.0f} FLOPs per byte it keeps in L2, while layer by layer keeps "
-          "that byte in the L3 anyway: compute-bound, tiles would only cost",
-          best->flops_per_cached_byte());
-      ++i;
-      continue;
+    if (options.tile_rows == 0 && best->tier == Tier::kL2 && l3_holds_activations(*best)) {
+      if (std::string why = why_l2_column_does_not_pay(*best); !why.empty()) {
+        plan.why_whole[i] = std::move(why);
+        ++i;
+        continue;
+      }
     }
     if (options.tile_rows > 0) {
       const Tier tier = best->tier;

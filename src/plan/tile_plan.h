@@ -15,9 +15,11 @@
 // and so do tileable
 // ops where a column would not pay: one op alone (nothing stays in cache), a plane so small
 // that at this batch the threads would each need tiles narrower than a kernel tile (64 pixels:
-// at batch 1, ResNet-50's 7x7 stage), or an L2 column of compute-bound ops whose activations
-// the L3 holds layer by layer anyway (Column::flops per byte kept: dense ResNet-50 at batch 1,
-// MobileNetV2's 7x7 stage at batch 16); each such op is split across the threads instead.
+// at batch 1, ResNet-50's 7x7 stage), or an L2 column whose activations the L3 holds layer by
+// layer anyway and that would be compute-bound (Column::flops per byte kept: dense ResNet-50 at
+// batch 1, MobileNetV2's 7x7 stage at batch 16) or keep less than twice the bytes it writes (the
+// bottleneck blocks of a pruned ResNet-50 at batch 1); each such op is split across the threads
+// instead.
 //
 // Two tiers. An L2 column keeps its tile buffers in one core's L2: short columns (about one
 // residual block) of row tiles. An L3 column keeps them in the core's share of the shared L3:

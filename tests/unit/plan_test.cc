@@ -414,6 +414,62 @@ TEST(Partition, ComputeBoundColumnsRunWholeWhereTheL3HoldsTheActivations) {
       << plan::describe_plan(wide, wide_plan);
 }
 
+// A residual block of 90% pruned convolutions, `outer` channels in and out and `inner` in
+// between: 1x1 (+ ReLU), 3x3 (+ ReLU), 1x1 (+ Add + ReLU). ResNet's bottleneck narrows (outer >
+// inner), MobileNetV2's inverted residual widens (outer < inner).
+graph::Graph pruned_block(int64_t outer, int64_t inner) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, outer, 32, 24});
+  auto conv = [&](int in, int64_t out_c, int64_t in_c, int64_t k, uint32_t seed) {
+    std::map<std::string, graph::AttrValue> attrs;
+    if (k == 3) attrs["pads"] = kPad1;
+    return b.node(
+        "Conv",
+        {in, b.constant(fmt::format("w{}", seed), pruned_tensor({out_c, in_c, k, k}, seed, 0.9))},
+        attrs);
+  };
+  const int a = b.node("Relu", {conv(x, inner, outer, 1, 1)});
+  const int m = b.node("Relu", {conv(a, inner, inner, 3, 2)});
+  return b.finish({b.node("Relu", {b.node("Add", {conv(m, outer, inner, 1, 3), x})})});
+}
+
+// Where layer by layer keeps the activations in the L3, an L2 column of image rows forms only
+// where it keeps at least twice the bytes it writes: a bottleneck block keeps its narrow
+// intermediates (half what it writes) and runs whole, an inverted residual block keeps its wide
+// ones (8x) in a column. With no L3 known the bottleneck forms its column too.
+TEST(Partition, L2ColumnsThatKeepLittleRunWholeWhereTheL3HoldsTheActivations) {
+  auto plan_for = [](int64_t outer, int64_t inner, int64_t l3) {
+    const graph::Graph g = prepared(pruned_block(outer, inner), {1, outer, 32, 24});
+    plan::PlanOptions options;
+    options.cache_budget_bytes = 256 << 10;
+    options.shared_cache_bytes = l3;
+    const plan::TilePlan plan = plan::plan_columns(g, options);
+    expect_valid_plan(g, plan);
+    return std::pair{g, plan};
+  };
+  constexpr int64_t kL3 = 32 << 20;
+  const auto [gb, bottleneck] = plan_for(64, 16, kL3);
+  EXPECT_TRUE(bottleneck.columns.empty()) << plan::describe_plan(gb, bottleneck);
+  EXPECT_NE(std::find_if(bottleneck.why_whole.begin(), bottleneck.why_whole.end(),
+                         [](const std::string& why) {
+                           return why.find("bytes in L2 per byte it writes") != std::string::npos;
+                         }),
+            bottleneck.why_whole.end())
+      << plan::describe_plan(gb, bottleneck);
+
+  const auto [gi, inverted] = plan_for(16, 64, kL3);
+  ASSERT_FALSE(inverted.columns.empty()) << plan::describe_plan(gi, inverted);
+  for (const plan::Column& c : inverted.columns) {
+    EXPECT_GE(c.bytes_in_cache, 2 * c.bytes_to_memory) << plan::describe_plan(gi, inverted);
+  }
+
+  const auto [gu, unknown_l3] = plan_for(64, 16, 0);
+  EXPECT_FALSE(unknown_l3.columns.empty()) << plan::describe_plan(gu, unknown_l3);
+  for (const plan::Column& c : unknown_l3.columns) {
+    EXPECT_LT(c.bytes_in_cache, 2 * c.bytes_to_memory) << plan::describe_plan(gu, unknown_l3);
+  }
+}
+
 // A Conv whose weight runs through the sparse kernels streams its packed non-zeros, not the
 // dense weight, and needs no im2col (the zero-padded input rows only).
 TEST(TileOps, SparseConvStreamsItsNonZerosAndNeedsNoIm2col) {
