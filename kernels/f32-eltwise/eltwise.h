@@ -52,6 +52,17 @@ void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, in
 void gather_rows(const float* in, int64_t in_ld, int64_t stride, int64_t rows, int64_t first,
                  int64_t last, int64_t width, float* out, int64_t out_ld, Isa isa = active_isa());
 
+// The two column phases of stride-2 rows, from one read of each row: for r in [0, rows) and x in
+// [0, width), even row r (out_ld apart, odd likewise) is in[r * in_ld + 2 * x - shift] and odd
+// row r is in[r * in_ld + 2 * x + 1 - shift], zero where that column lies outside [0, in_w) (the
+// padding left of the row, for shift > 0, or past its end). Reads only columns [0, in_w) of each
+// row. The phase planes of a stride-2 convolution (f32-conv/conv.cc, fill_phases): gather_rows
+// per phase read every input row twice, the even half for one plane and the odd for the other,
+// and zeroed each row's edges element by element.
+void split_column_phases(const float* in, int64_t in_ld, int64_t in_w, int64_t shift, int64_t rows,
+                         int64_t width, float* even, float* odd, int64_t out_ld,
+                         Isa isa = active_isa());
+
 // dst[c * ldd + r] = src[r * lds + c] for a rows x cols block (a 2-D transpose between strided
 // views): 4 x 4 blocks transposed in SSE registers (the x86-64-v2 baseline) within 16 x 16
 // tiles (see transpose.cc), scalar edges.

@@ -18,4 +18,10 @@ void gather_rows_avx2(const float* in, int64_t in_ld, int64_t stride, int64_t ro
   gather_rows_impl(in, in_ld, stride, rows, first, last, width, out, out_ld);
 }
 
+void split_column_phases_avx2(const float* in, int64_t in_ld, int64_t in_w, int64_t shift,
+                              int64_t rows, int64_t width, float* even, float* odd,
+                              int64_t out_ld) {
+  split_column_phases_impl(in, in_ld, in_w, shift, rows, width, even, odd, out_ld);
+}
+
 }  // namespace sparsecol::kernels::detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <immintrin.h>
+#include <algorithm>
 
 #include "f32-eltwise/eltwise.h"
 #include "f32-eltwise/simd.h"
@@ -153,6 +154,33 @@ inline void gather_rows_impl(const float* in, int64_t in_ld, int64_t stride, int
     for (int64_t x = 0; x < first; ++x) out[x] = 0.0f;
     if (last > first) gather_row(in, stride, last - first, out + first);
     for (int64_t x = std::max(first, last); x < width; ++x) out[x] = 0.0f;
+  }
+}
+
+// The kLanes values at t .. t + kLanes - 1 of a row of n floats, zeros where t + i lies outside
+// [0, n).
+inline Vec load_window(const float* row, int64_t t, int64_t n) {
+  const int64_t lo = std::clamp<int64_t>(-t, 0, kLanes), hi = std::clamp<int64_t>(n - t, 0, kLanes);
+  if (lo == 0 && hi == kLanes) return load(row + t);
+  if (hi <= lo) return splat(0.0f);
+  return load_lanes(row + t + lo, lo, hi);
+}
+
+inline void split_column_phases_impl(const float* in, int64_t in_ld, int64_t in_w, int64_t shift,
+                                     int64_t rows, int64_t width, float* even, float* odd,
+                                     int64_t out_ld) {
+  for (int64_t r = 0; r < rows; ++r, in += in_ld, even += out_ld, odd += out_ld) {
+    for (int64_t x = 0; x < width; x += kLanes) {
+      const int64_t t = 2 * x - shift;
+      const Vec a = load_window(in, t, in_w), b = load_window(in, t + kLanes, in_w);
+      if (width - x >= kLanes) {
+        store(even + x, even_lanes(a, b));
+        store(odd + x, odd_lanes(a, b));
+      } else {
+        store_partial(even + x, even_lanes(a, b), width - x);
+        store_partial(odd + x, odd_lanes(a, b), width - x);
+      }
+    }
   }
 }
 

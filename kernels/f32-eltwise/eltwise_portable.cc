@@ -20,6 +20,12 @@ void gather_rows_avx2(const float* in, int64_t in_ld, int64_t stride, int64_t ro
 void gather_rows_avx512(const float* in, int64_t in_ld, int64_t stride, int64_t rows, int64_t first,
                         int64_t last, int64_t width, float* out, int64_t out_ld);
 
+void split_column_phases_avx2(const float* in, int64_t in_ld, int64_t in_w, int64_t shift,
+                              int64_t rows, int64_t width, float* even, float* odd, int64_t out_ld);
+void split_column_phases_avx512(const float* in, int64_t in_ld, int64_t in_w, int64_t shift,
+                                int64_t rows, int64_t width, float* even, float* odd,
+                                int64_t out_ld);
+
 }  // namespace detail
 
 void binary_rows(BinaryKind kind, const RowOperand& a, const RowOperand& b, float* dst,
@@ -55,6 +61,20 @@ void gather_rows(const float* in, int64_t in_ld, int64_t stride, int64_t rows, i
       return detail::gather_rows_avx2(in, in_ld, stride, rows, first, last, width, out, out_ld);
     case Isa::kPortable:
       return gather_rows_impl(in, in_ld, stride, rows, first, last, width, out, out_ld);
+  }
+}
+
+void split_column_phases(const float* in, int64_t in_ld, int64_t in_w, int64_t shift, int64_t rows,
+                         int64_t width, float* even, float* odd, int64_t out_ld, Isa isa) {
+  switch (effective_isa(isa)) {
+    case Isa::kAvx512:
+      return detail::split_column_phases_avx512(in, in_ld, in_w, shift, rows, width, even, odd,
+                                                out_ld);
+    case Isa::kAvx2:
+      return detail::split_column_phases_avx2(in, in_ld, in_w, shift, rows, width, even, odd,
+                                              out_ld);
+    case Isa::kPortable:
+      return split_column_phases_impl(in, in_ld, in_w, shift, rows, width, even, odd, out_ld);
   }
 }
 

@@ -112,6 +112,19 @@ inline void store_partial(float* p, Vec v, int64_t count) {
 #endif
 }
 
+// Lanes [lo, hi) (0 <= lo < hi <= kLanes) from first[0 .. hi - lo), zeros elsewhere: a vector
+// that starts before a row (or ends past it) filled from the part inside, without forming an
+// address outside it (vexpandps on AVX-512; a copy through the stack elsewhere).
+inline Vec load_lanes(const float* first, int64_t lo, int64_t hi) {
+#if defined(__AVX512F__)
+  const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+  return _mm512_maskz_expandloadu_ps(mask, first);
+#else
+  float lanes[kLanes] = {};
+  std::memcpy(lanes + lo, first, static_cast<std::size_t>(hi - lo) * sizeof(float));
+  return load(lanes);
+#endif
+}
 // *p in every lane, straight from memory (vbroadcastss m32): splat() of a loaded float compiles
 // to an add and a register broadcast on the kernels' critical path of issued uops.
 inline Vec broadcast(const float* p) {

@@ -489,6 +489,43 @@ TEST_P(EltwiseTest, GatherRowsMatchIndexArithmetic) {
   }
 }
 
+// The two column phases of stride-2 rows: widths and row lengths around every vector width,
+// shifts 0-3 (the padding left of the row), phases wider than the row reaches (zero columns past
+// its end). The last row's input ends where its in_w columns do, so that a read past them would
+// show under the sanitizers; every output element past `width` must stay untouched.
+TEST_P(EltwiseTest, SplitColumnPhasesMatchIndexArithmetic) {
+  std::mt19937 rng(68);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 4);
+    const int64_t in_w = 1 + static_cast<int64_t>(rng() % 70);
+    const int64_t shift = static_cast<int64_t>(rng() % 4);
+    const int64_t width = 1 + static_cast<int64_t>(rng() % 40);
+    const int64_t in_ld = in_w + static_cast<int64_t>(rng() % 3);
+    const int64_t out_ld = width + static_cast<int64_t>(rng() % 3);
+    std::vector<float> in(static_cast<std::size_t>((rows - 1) * in_ld + in_w));
+    for (float& v : in) v = dist(rng);
+    std::vector<float> even(static_cast<std::size_t>(rows * out_ld), 7.0f), odd = even;
+    kernels::split_column_phases(in.data(), in_ld, in_w, shift, rows, width, even.data(),
+                                 odd.data(), out_ld, GetParam());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t x = 0; x < out_ld; ++x) {
+        for (int64_t phase = 0; phase < 2; ++phase) {
+          const int64_t column = 2 * x + phase - shift;
+          const float want = x >= width ? 7.0f
+                             : column < 0 || column >= in_w
+                                 ? 0.0f
+                                 : in[static_cast<std::size_t>(r * in_ld + column)];
+          const std::vector<float>& got = phase == 0 ? even : odd;
+          ASSERT_EQ(got[static_cast<std::size_t>(r * out_ld + x)], want)
+              << to_string(GetParam()) << " in_w " << in_w << " shift " << shift << " width "
+              << width << " phase " << phase << " at " << r << ", " << x;
+        }
+      }
+    }
+  }
+}
+
 // The 2-D transpose between strided views: every shape around the 4 x 4 blocks (edges of 0-3
 // rows or columns) and the 16 x 16 tiles, padded strides, and strides of 4 KiB (which change the
 // tiling, see transpose.cc); elements outside the block must stay untouched.
