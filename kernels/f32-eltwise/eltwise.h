@@ -40,7 +40,8 @@ void unary_rows(UnaryKind kind, const float* src, int64_t src_ld, float* dst, in
 // Rows of a strided gather into zero-padded rows: for r in [0, rows), out row r (out_ld apart)
 // is in[r * in_ld + (x - first) * stride] at columns x in [first, last) and zero at columns
 // [0, first) and [last, width).
-// The strided gathers of the convolutions' im2col, phase planes and strided 1x1 layers
+// The strided gathers of the convolutions' im2col, phase planes (but stride 2's, see
+// split_column_phases) and strided 1x1 layers
 // (f32-conv/conv.cc), a whole block of rows per call. Stride 2 takes the even lanes of two vector
 // loads per vector of outputs, the last vector of a row through masked loads and stores; reads
 // stay within in[r * in_ld + (last - first - 1) * stride]. `isa` is capped at active_isa().
