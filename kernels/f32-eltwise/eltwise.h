@@ -60,8 +60,9 @@ void gather_rows(const float* in, int64_t in_ld, int64_t stride, int64_t rows, i
 // row. The phase planes of a stride-2 convolution (f32-conv/conv.cc, fill_phases): gather_rows
 // per phase read every input row twice, the even half for one plane and the odd for the other,
 // and zeroed each row's edges element by element: with this ResNet-50's stride-2 3x3 layers ran
-// 1.14x (layer 2) and 1.07x (layer 4) faster at 90% sparsity, 1.16x and 1.03x at 95%, its 7x7
-// stem 1.05x (one image) (bench/, one thread, Zen 4, old and new binary alternated twice).
+// 1.11-1.19x (layer 2) and 1.06-1.07x (layer 4) faster at 90% sparsity, 1.14-1.19x and 1.04-1.11x
+// at 95%, its 7x7 stem 1.05-1.06x on one image (bench/, one thread, Zen 4, old and new binary
+// alternated twice).
 void split_column_phases(const float* in, int64_t in_ld, int64_t in_w, int64_t shift, int64_t rows,
                          int64_t width, float* even, float* odd, int64_t out_ld,
                          Isa isa = active_isa());
