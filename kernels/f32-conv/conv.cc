@@ -590,45 +590,34 @@ void fill_phases(const ConvGeometry& g, const PlaneView& src, int64_t r0, int64_
       std::min(g.in_h, (r1 - 1) * g.stride_h - g.pad_top + (g.kernel_h - 1) * g.dilation_h + 1);
   for (int64_t c = 0; c < g.in_c; ++c) {
     for (int64_t a = 0; a < g.stride_h; ++a) {
-      if (g.stride_w == 2) {
-        // Both column phases from one read of each input row (split_column_phases).
-        float* even = planes + (c * g.stride_h + a) * 2 * plane_size;
-        float* odd = even + plane_size;
-        const int64_t offset = r0 * g.stride_h - g.pad_top + a;
-        int64_t i0 = 0, i1 = 0;
-        valid_range(rows, g.stride_h, offset, last_row, &i0, &i1);
-        for (float* plane : {even, odd}) {
-          std::fill_n(plane, i0 * phase_w, 0.0f);
-          std::fill(plane + std::max(i0, i1) * phase_w, plane + rows * phase_w, 0.0f);
-        }
-        if (i1 > i0) {
-          split_column_phases(
-              src.data + c * src.plane_stride + (offset + i0 * g.stride_h - src.row0) * g.in_w,
-              g.stride_h * g.in_w, g.in_w, g.pad_left, i1 - i0, phase_w, even + i0 * phase_w,
-              odd + i0 * phase_w, phase_w);
-        }
+      // Phase rows [i0, i1) hold input rows in [0, last_row); the others are zeros.
+      const int64_t offset = r0 * g.stride_h - g.pad_top + a;
+      int64_t i0 = 0, i1 = 0;
+      valid_range(rows, g.stride_h, offset, last_row, &i0, &i1);
+      float* first_plane = planes + (c * g.stride_h + a) * g.stride_w * plane_size;
+      for (int64_t b = 0; b < g.stride_w; ++b) {
+        float* plane = first_plane + b * plane_size;
+        std::fill_n(plane, i0 * phase_w, 0.0f);
+        std::fill(plane + i1 * phase_w, plane + rows * phase_w, 0.0f);
+      }
+      if (i1 <= i0) continue;
+      const float* row =
+          src.data + c * src.plane_stride + (offset + i0 * g.stride_h - src.row0) * g.in_w;
+      if (g.stride_w == 2) {  // both column phases from one read of each row
+        split_column_phases(row, g.stride_h * g.in_w, g.in_w, g.pad_left, i1 - i0, phase_w,
+                            first_plane + i0 * phase_w, first_plane + plane_size + i0 * phase_w,
+                            phase_w);
         continue;
       }
       for (int64_t b = 0; b < g.stride_w; ++b) {
-        float* plane = planes + ((c * g.stride_h + a) * g.stride_w + b) * plane_size;
         // Phase columns j whose input column j * sw + b - pad_left lies in [0, in_w).
         const int64_t first =
             std::min(phase_w, std::max<int64_t>(0, g.pad_left - b + g.stride_w - 1) / g.stride_w);
         const int64_t end = std::clamp<int64_t>(
             (g.in_w + g.pad_left - b + g.stride_w - 1) / g.stride_w, first, phase_w);
-        // Phase rows [i0, i1) hold input rows in [0, last_row); the others are zeros.
-        const int64_t offset = r0 * g.stride_h - g.pad_top + a;
-        int64_t i0 = 0, i1 = 0;
-        valid_range(rows, g.stride_h, offset, last_row, &i0, &i1);
-        std::fill_n(plane, i0 * phase_w, 0.0f);
-        if (i1 > i0) {
-          gather_rows(src.data + c * src.plane_stride +
-                          (offset + i0 * g.stride_h - src.row0) * g.in_w + first * g.stride_w + b -
-                          g.pad_left,
-                      g.stride_h * g.in_w, g.stride_w, i1 - i0, first, end, phase_w,
-                      plane + i0 * phase_w, phase_w);
-        }
-        std::fill(plane + i1 * phase_w, plane + rows * phase_w, 0.0f);
+        gather_rows(row + first * g.stride_w + b - g.pad_left, g.stride_h * g.in_w, g.stride_w,
+                    i1 - i0, first, end, phase_w, first_plane + b * plane_size + i0 * phase_w,
+                    phase_w);
       }
     }
   }
