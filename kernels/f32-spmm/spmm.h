@@ -179,9 +179,13 @@ struct SpmmUkernel {
 // shifted packing (SparseMatrix, SpmmArgs::shifts) loads every tap aligned and shifts the sums
 // instead, ResNet-50's stride-1 3x3 layers 1.2-1.25x faster at 90% (bench/spmm_bench.cc, one
 // thread, Zen 5; 1.14x in the network, layer by layer at batch 16).
-// A column tail of up to 4 vectors joins the last full tile (up to 12 vectors); a longer one
-// gets a tile of its own. Every width sums each element in the same order, so results do not
-// depend on how a caller splits the columns.
+// A column tail of up to 4 vectors joins the last full tile (up to 12 vectors; shifted, on AVX2
+// and the portable path, 2 past 4); a longer one gets a tile of its own. Every width sums each
+// element in the same order, so results do not depend on how a caller splits the columns.
+// Merging the shifted tails too (Zen 4, the thirty-second session): ResNet-50's 3x3 layers
+// on 28x28 planes run their chunks of 6 rows (192 columns) as one tile of 12 vectors instead
+// of 8 + 4, whose 4 accumulators left the FMAs waiting on their latency: 1.07-1.1x faster at
+// 90% and 95% (bench/spmm_bench.cc, one thread, alternated runs).
 #define SPARSECOL_F32_SPMM_UKERNELS(X)         \
   X(f32_spmm_128x1__avx512, Isa::kAvx512, 128) \
   X(f32_spmm_64x1__avx2, Isa::kAvx2, 64)       \

@@ -156,10 +156,13 @@ inline void spmm_tile_of(const SpmmArgs& args, int64_t col, int64_t count) {
 
 // ---- Shifted packing (SpmmArgs::shifts > 1) ----
 
-// Vectors per shifted tile: one accumulator each for group 0 and one more for every other group
-// (its sums reach one vector past the tile): 8 + 9 + 9 of AVX-512's 32 registers, 4 + 5 + 5 of
-// AVX2's and the portable path's 16.
+// Vectors per shifted tile: one accumulator each, and one more for the group being summed (its
+// sums reach one vector past the tile): 8 + 9 of AVX-512's 32 registers, 4 + 5 of AVX2's and the
+// portable path's 16.
 constexpr int kShiftTileVecs = kLanes == 16 ? 8 : 4;
+// The most vectors a column remainder may add to the last full shifted tile: 12 + 13 of
+// AVX-512's registers, 6 + 7 of the others'.
+constexpr int kShiftMergeVecs = kLanes == 16 ? 4 : 2;
 
 // Walks one shift group's non-zeros [begin, end) into `sum`: aligned whole-vector loads only.
 template <int kVecs>
@@ -173,10 +176,24 @@ template <int kVecs>
   }
 }
 
+// Adds shift group kShift's sums to `acc` with their lanes shifted into place: its sum for B
+// column x belongs to output column x - kShift.
+template <int kVecs, int kShift>
+[[gnu::always_inline]] inline void add_shifted_group(const SpmmArgs& args, const float* src,
+                                                     int32_t begin, int32_t end,
+                                                     Vec (&acc)[kVecs]) {
+  Vec sum[kVecs + 1];
+#pragma GCC unroll 16
+  for (int v = 0; v <= kVecs; ++v) sum[v] = Vec{};
+  sum_group<kVecs + 1>(args, src, begin, end, sum);
+#pragma GCC unroll 16
+  for (int v = 0; v < kVecs; ++v) acc[v] += shift_lanes<kShift>(sum[v], sum[v + 1]);
+}
+
 // Columns [col, col + count) of every row, (kVecs - 1) * kLanes < count <= kVecs * kLanes: group
-// s sums its non-zeros over B from their aligned bases, so its sum for column x belongs to output
-// column x - s; the groups are added with their lanes shifted into place. Every B load is whole
-// (SpmmArgs::shifts: the lanes past `count` only feed columns that are not stored).
+// s sums its non-zeros over B from their aligned bases, and the groups are added in order, each
+// after the last (so only one group's sums need registers beside the tile's). Every B load is
+// whole (SpmmArgs::shifts: the lanes past `count` only feed columns that are not stored).
 template <int kVecs, int kShifts>
 inline void spmm_shifted_tile(const SpmmArgs& args, int64_t col, int64_t count) {
   const int64_t tail = count % kLanes;
@@ -184,31 +201,43 @@ inline void spmm_shifted_tile(const SpmmArgs& args, int64_t col, int64_t count) 
   const Epilogue* e = args.epilogue;
   for (int64_t row = 0; row < args.rows; ++row) {
     const int32_t* group = args.row_ptr + row * kShifts;
-    Vec sum0[kVecs], sum1[kVecs + 1], sum2[kVecs + 1];
-#pragma GCC unroll 16
-    for (int v = 0; v <= kVecs; ++v) {
-      if (v < kVecs) sum0[v] = Vec{};
-      sum1[v] = Vec{};
-      sum2[v] = Vec{};
-    }
-    sum_group<kVecs>(args, src, group[0], group[1], sum0);
-    sum_group<kVecs + 1>(args, src, group[1], group[2], sum1);
-    if constexpr (kShifts > 2) sum_group<kVecs + 1>(args, src, group[2], group[3], sum2);
-    float* dst = args.dst + row * args.ldd + col;
     Vec acc[kVecs];
 #pragma GCC unroll 16
-    for (int v = 0; v < kVecs; ++v) {
-      acc[v] = sum0[v] + shift_lanes<1>(sum1[v], sum1[v + 1]);
-      if constexpr (kShifts > 2) acc[v] += shift_lanes<2>(sum2[v], sum2[v + 1]);
-      if (args.accumulate) acc[v] = tile_load<kVecs>(dst, v, tail) + acc[v];
+    for (int v = 0; v < kVecs; ++v) acc[v] = Vec{};
+    sum_group<kVecs>(args, src, group[0], group[1], acc);
+    add_shifted_group<kVecs, 1>(args, src, group[1], group[2], acc);
+    if constexpr (kShifts > 2) add_shifted_group<kVecs, 2>(args, src, group[2], group[3], acc);
+    float* dst = args.dst + row * args.ldd + col;
+    if (args.accumulate) {
+#pragma GCC unroll 16
+      for (int v = 0; v < kVecs; ++v) acc[v] = tile_load<kVecs>(dst, v, tail) + acc[v];
     }
     store_row_tile<kVecs>(acc, e, row, col, tail, dst);
   }
 }
 
+// A region's tiles: full tiles of kFullVecs vectors, then the column remainder, alone or, when it
+// is at most kMergeMaxVecs vectors, with the last full tile: one wider tile pays a row's fixed
+// costs (its loop, the weight stream) once where a full tile and a narrow one pay them twice, and
+// a narrow tile's few accumulators wait on the FMA latency. Measured on ResNet-50's 14x14 layers
+// at 90% (196 pixels: 3 tiles + 4 pixels before, 2 tiles + one of 68 now; one thread, AVX2, Zen
+// 3, 61 interleaved pairs, same binary): 1x1 1024->256 1.075x, 256->1024 1.03x, 3x3 256 1.09x
+// faster; shapes without such a remainder within +-1%. `tile(col, count)` runs one tile.
+template <int kFullVecs, int kMergeMaxVecs, typename Tile>
+inline void for_each_tile(int64_t n, Tile&& tile) {
+  constexpr int64_t kWidth = kFullVecs * kLanes;
+  const int64_t full_tiles = n / kWidth;
+  const int64_t left = n - full_tiles * kWidth;
+  const bool merge_tail = full_tiles > 0 && left > 0 && left <= kMergeMaxVecs * kLanes;
+  const int64_t plain_tiles = merge_tail ? full_tiles - 1 : full_tiles;
+  int64_t col = 0;
+  for (int64_t t = 0; t < plain_tiles; ++t, col += kWidth) tile(col, kWidth);
+  if (col < n) tile(col, n - col);
+}
+
 template <int kShifts, int kVecs = 1>
 inline void spmm_shifted_tile_of(const SpmmArgs& args, int64_t col, int64_t count) {
-  if constexpr (kVecs < kShiftTileVecs) {
+  if constexpr (kVecs < kShiftTileVecs + kShiftMergeVecs) {
     if (count > kVecs * kLanes) return spmm_shifted_tile_of<kShifts, kVecs + 1>(args, col, count);
   }
   spmm_shifted_tile<kVecs, kShifts>(args, col, count);
@@ -216,34 +245,24 @@ inline void spmm_shifted_tile_of(const SpmmArgs& args, int64_t col, int64_t coun
 
 template <int kShifts>
 inline void spmm_shifted_region(const SpmmArgs& args) {
-  constexpr int64_t kWidth = kShiftTileVecs * kLanes;
-  int64_t col = 0;
-  for (; col + kWidth <= args.n; col += kWidth) {
-    spmm_shifted_tile<kShiftTileVecs, kShifts>(args, col, kWidth);
-  }
-  if (col < args.n) spmm_shifted_tile_of<kShifts>(args, col, args.n - col);
+  for_each_tile<kShiftTileVecs, kShiftMergeVecs>(args.n, [&](int64_t col, int64_t count) {
+    if (count == kShiftTileVecs * kLanes)
+      return spmm_shifted_tile<kShiftTileVecs, kShifts>(args, col, count);
+    spmm_shifted_tile_of<kShifts>(args, col, count);
+  });
 }
 
-// The whole region: full tiles, then the column tail, alone or with the last full tile. The loop
-// over columns is outside the loop over rows, so the B columns of a tile stay in cache while every
-// row's non-zeros stream past them.
+// The whole region: full tiles, then the column tail, alone or with the last full tile (see
+// for_each_tile). The loop over columns is outside the loop over rows, so the B columns of a tile
+// stay in cache while every row's non-zeros stream past them.
 inline void spmm_region(const SpmmArgs& args) {
   if (args.shifts > 1) {
     return args.shifts == 2 ? spmm_shifted_region<2>(args) : spmm_shifted_region<3>(args);
   }
-  const int64_t full_tiles = args.n / kTile;
-  const int64_t left = args.n - full_tiles * kTile;
-  // A remainder of up to kMergeVecs vectors joins the last full tile: one wider tile pays a row's
-  // fixed costs (its loop, the weight stream) once where a full tile and a narrow one pay them
-  // twice. Measured on ResNet-50's 14x14 layers at 90% (196 pixels: 3 tiles + 4 pixels before,
-  // 2 tiles + one of 68 now; one thread, AVX2, Zen 3, 61 interleaved pairs, same binary): 1x1
-  // 1024->256 1.075x, 256->1024 1.03x, 3x3 256 1.09x faster; shapes without such a remainder
-  // within +-1%.
-  const bool merge_tail = full_tiles > 0 && left > 0 && left <= kMergeVecs * kLanes;
-  const int64_t plain_tiles = merge_tail ? full_tiles - 1 : full_tiles;
-  int64_t col = 0;
-  for (int64_t t = 0; t < plain_tiles; ++t, col += kTile) spmm_tile<kTileVecs>(args, col, kTile);
-  if (col < args.n) spmm_tile_of(args, col, args.n - col);
+  for_each_tile<kTileVecs, kMergeVecs>(args.n, [&](int64_t col, int64_t count) {
+    if (count == kTile) return spmm_tile<kTileVecs>(args, col, count);
+    spmm_tile_of(args, col, count);
+  });
 }
 
 }  // namespace
