@@ -271,6 +271,37 @@ TEST(Layerwise, DenseConvTasksSplitChannelsWhereRowBlocksWouldShareCacheLines) {
   }
 }
 
+// Stacked images (7x7 and smaller planes): a sparse layer's tasks split the images before the
+// channels, down to stacks of about 96 pixels; a dense one keeps the stack whole and splits the
+// channels where the batch has too few stacks for the threads.
+TEST(Layerwise, StackedSparseLayersSplitImagesBeforeChannels) {
+  struct Case {
+    const char* why;
+    kernels::ConvGeometry geometry;
+    int64_t batch;
+    int threads;
+    bool sparse;
+    int64_t images, channels;
+  };
+  kernels::ConvGeometry wide = square_conv(2048, 7, 1, false);
+  wide.out_c = 512;
+  const Case cases[] = {
+      {"sparse, 16 threads: 8 stacks of 2 images x 2 channel blocks", wide, 16, 16, true, 2, 256},
+      {"dense, 16 threads: one stack x 16 channel blocks", wide, 16, 16, false, 16, 32},
+      {"sparse, 2 threads: a stack of 8 images each", wide, 16, 2, true, 8, 512},
+      {"sparse, a batch of 64: 4 images per stack, as dense", wide, 64, 16, true, 4, 512},
+      {"dense, a batch of 64", wide, 64, 16, false, 4, 512},
+      {"4x4 planes: 96 pixels need 6 images, the batch has 3", square_conv(64, 4, 1, false), 3, 3,
+       true, 3, 32},
+  };
+  for (const Case& c : cases) {
+    const auto tasks =
+        runtime::layerwise::stacked_conv_tasks(c.geometry, 16, c.batch, c.threads, c.sparse);
+    EXPECT_EQ(tasks.images, c.images) << c.why;
+    EXPECT_EQ(tasks.channels, c.channels) << c.why;
+  }
+}
+
 // The depthwise and 1x1 layers above, split by channels at batch 1 on 2 and 3 threads, give the
 // reference's result and the same bits as one thread.
 TEST(Layerwise, ChannelSplitDepthwiseAndPointwiseLayersMatchReference) {

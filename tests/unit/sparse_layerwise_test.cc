@@ -125,6 +125,25 @@ int count_implementation(const std::vector<LayerInfo>& layers, const std::string
   return n;
 }
 
+// 90%-pruned 1x1 layers on 7x7 planes, a residual fused into the second: their images are
+// stacked, and at batch 3 the threads split them into stacks of 2 and 1 images
+// (stacked_conv_tasks), 3 threads by channel blocks too.
+TEST(SparseLayerwise, StackedImagesSplitIntoGroupsMatchReference) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 64, 7, 7});
+  const int h =
+      b.node("Relu", {b.node("Conv", {x, b.constant("w1", pruned_tensor({96, 64, 1, 1}, 21, 0.9)),
+                                      b.constant("b1", random_tensor({96}, 22))})});
+  const int y = b.node(
+      "Relu",
+      {b.node("Add",
+              {b.node("Conv", {h, b.constant("w2", pruned_tensor({64, 96, 1, 1}, 23, 0.9))}), x})});
+  const std::vector<LayerInfo> layers =
+      expect_sparse_matches_reference(b.finish({y}), {{"x", random_tensor({3, 64, 7, 7}, 24)}});
+  EXPECT_EQ(count_format(layers, "sparse-csr"), 2);
+  EXPECT_EQ(count_implementation(layers, "images stacked"), 2);
+}
+
 TEST(SparseLayerwise, PrunedLinearLayersMatchReference) {
   // 140 tokens fill no whole number of blocks: the layers pass their activation token-major.
   const std::vector<LayerInfo> layers = expect_sparse_matches_reference(

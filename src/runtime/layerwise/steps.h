@@ -65,6 +65,14 @@ struct ConvTasks {
 ConvTasks dense_conv_tasks(const kernels::ConvGeometry& g, int64_t granule, int64_t batch,
                            int threads);
 
+// How the step cuts a convolution whose images it stacks (kernels::stacks_images) into tasks of
+// `images` whole images x `channels` output channels (a multiple of `granule`, or all).
+struct StackTasks {
+  int64_t images, channels;
+};
+StackTasks stacked_conv_tasks(const kernels::ConvGeometry& g, int64_t granule, int64_t batch,
+                              int threads, bool sparse);
+
 // The node's fast implementation, or nullptr with `why_not` saying why none serves it. The
 // graph is specialized: every shape is concrete.
 // `options` carries the choices a user may override (the sparse threshold). `column_of`: under
