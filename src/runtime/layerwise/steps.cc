@@ -1084,6 +1084,33 @@ class ViewStep final : public Step {
 
 }  // namespace
 
+StackTasks stacked_conv_tasks(const kernels::ConvGeometry& g, int64_t granule, int64_t batch,
+                              int threads, bool sparse) {
+  // Stacks of up to kStackPixels pixels (16 images of 7x7: the most the standalone product
+  // gained from; 4 already gave most of it), in a number of tasks the threads share evenly where
+  // the batch allows; channel blocks where it has too few images for the threads.
+  constexpr int64_t kStackPixels = 1024;
+  const int64_t plane = g.out_h * g.out_w;
+  int64_t images = std::min(batch, ceil_div(kStackPixels, plane));
+  const int64_t even = ceil_div(ceil_div(batch, images), threads) * threads;
+  if (ceil_div(batch, even) > 1) images = ceil_div(batch, even);
+  if (sparse) {
+    // A sparse task reads its whole stack from the shared cache for its few non-zeros (a 90%
+    // 2048 -> 512 layer at 7x7: 0.4 MB of input per image against 0.8 MB of packed weight for all
+    // 512 channels), so the threads split images first, down to stacks of
+    // kMinSparseStackPixels (2 images of 7x7; narrower tiles leave the kernel's FMAs waiting on
+    // their latency: tiles of 2 vectors ran 1.1-1.6x slower), then channels. ResNet-50 90% at batch
+    // 16 on 16 threads (Xeon, 300 MiB L3): every thread read the whole 6.4 MB stack of layer4's
+    // 2048 -> 512 layers for 32 output channels, and they scaled 5.7-6.6x from one thread.
+    constexpr int64_t kMinSparseStackPixels = 96;
+    images = std::min(images, std::max(ceil_div(kMinSparseStackPixels, plane),
+                                       ceil_div(batch, int64_t{std::max(threads, 1)})));
+  }
+  const int64_t groups = ceil_div(batch, images);
+  const int64_t blocks = balanced_blocks(groups, threads, ceil_div(g.out_c, granule));
+  return {images, channels_per_block(g.out_c, granule, blocks)};
+}
+
 // All channels, an image cut into row blocks only as far as the threads need (balanced_blocks: a
 // block per image from a batch of 16 on 2 threads, two at batch 1): four blocks per thread
 // whatever the batch made GEMMs of a few rows, each with its own im2col halo and call costs;
@@ -1102,33 +1129,6 @@ class ViewStep final : public Step {
 //    by channels; MobileNetV2 at batch 1 against oneDNN (2 threads, 10 alternated pairs,
 //    medians): 0.874x -> 0.907x, its 80% twin 1.44-1.49x -> 1.51-1.54x; ResNet-50 at batch 1,
 //    whose 28x28 1x1 layers change too, 0.885x -> 0.891x.
-StackTasks stacked_conv_tasks(const kernels::ConvGeometry& g, int64_t granule, int64_t batch,
-                              int threads, bool sparse) {
-  // Stacks of up to kStackPixels pixels (16 images of 7x7: the most the standalone product
-  // gained from; 4 already gave most of it), in a number of tasks the threads share evenly where
-  // the batch allows; channel blocks where it has too few images for the threads.
-  constexpr int64_t kStackPixels = 1024;
-  const int64_t plane = g.out_h * g.out_w;
-  int64_t images = std::min(batch, ceil_div(kStackPixels, plane));
-  const int64_t even = ceil_div(ceil_div(batch, images), threads) * threads;
-  if (ceil_div(batch, even) > 1) images = ceil_div(batch, even);
-  if (sparse) {
-    // A sparse task reads its whole stack from the shared cache for its few non-zeros (a 90%
-    // 2048 -> 512 layer at 7x7: 0.4 MB of input per image against 0.8 MB of packed weight for all
-    // 512 channels), so the threads split images first, down to stacks of
-    // kMinSparseStackPixels (a tile of 6 vectors keeps the FMAs off their latency), then
-    // channels. ResNet-50 90% at batch 16 on 16 threads (Xeon, 300 MiB L3): every thread
-    // read the whole 6.4 MB stack of layer4's 2048 -> 512 layers for 32 output channels, and
-    // they scaled 5.7-6.6x from one thread.
-    constexpr int64_t kMinSparseStackPixels = 96;
-    images = std::min(images, std::max(ceil_div(kMinSparseStackPixels, plane),
-                                       ceil_div(batch, int64_t{std::max(threads, 1)})));
-  }
-  const int64_t groups = ceil_div(batch, images);
-  const int64_t blocks = balanced_blocks(groups, threads, ceil_div(g.out_c, granule));
-  return {images, channels_per_block(g.out_c, granule, blocks)};
-}
-
 ConvTasks dense_conv_tasks(const kernels::ConvGeometry& g, int64_t granule, int64_t batch,
                            int threads) {
   const int64_t rows = ceil_div(g.out_h, balanced_blocks(batch, threads, g.out_h));
