@@ -145,7 +145,7 @@ inline void spmm_tile(const SpmmArgs& args, int64_t col, int64_t count) {
 
 // One tile of `count` columns, 0 < count <= (kTileVecs + kMergeVecs) * kLanes, through the
 // spmm_tile whose vector count (a compile-time constant, so that the accumulators stay in
-// registers) covers it: a chain of at most 12 tests per region call.
+// registers) covers it: a chain of at most 12 tests per tile, against the tile's rows x non-zeros.
 template <int kVecs = 1>
 inline void spmm_tile_of(const SpmmArgs& args, int64_t col, int64_t count) {
   if constexpr (kVecs < kTileVecs + kMergeVecs) {
@@ -245,11 +245,8 @@ inline void spmm_shifted_tile_of(const SpmmArgs& args, int64_t col, int64_t coun
 
 template <int kShifts>
 inline void spmm_shifted_region(const SpmmArgs& args) {
-  for_each_tile<kShiftTileVecs, kShiftMergeVecs>(args.n, [&](int64_t col, int64_t count) {
-    if (count == kShiftTileVecs * kLanes)
-      return spmm_shifted_tile<kShiftTileVecs, kShifts>(args, col, count);
-    spmm_shifted_tile_of<kShifts>(args, col, count);
-  });
+  for_each_tile<kShiftTileVecs, kShiftMergeVecs>(
+      args.n, [&](int64_t col, int64_t count) { spmm_shifted_tile_of<kShifts>(args, col, count); });
 }
 
 // The whole region: full tiles, then the column tail, alone or with the last full tile (see
@@ -259,10 +256,8 @@ inline void spmm_region(const SpmmArgs& args) {
   if (args.shifts > 1) {
     return args.shifts == 2 ? spmm_shifted_region<2>(args) : spmm_shifted_region<3>(args);
   }
-  for_each_tile<kTileVecs, kMergeVecs>(args.n, [&](int64_t col, int64_t count) {
-    if (count == kTile) return spmm_tile<kTileVecs>(args, col, count);
-    spmm_tile_of(args, col, count);
-  });
+  for_each_tile<kTileVecs, kMergeVecs>(
+      args.n, [&](int64_t col, int64_t count) { spmm_tile_of(args, col, count); });
 }
 
 }  // namespace
