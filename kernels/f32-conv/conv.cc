@@ -55,8 +55,9 @@ struct PackedConv::Impl {
   // phase row.
   int64_t chunk_rows = 0;
   int64_t phase_w = 0;
-  // kSpmmPhases: the `lanes` of its SparseMatrix blocks and the multiple phase_w is padded to:
-  // the sparse ISA's vector width for the shifted packing, else 1 (see shifted_pitch).
+  // kSpmmPhases: the `lanes` of its SparseMatrix blocks, which phase_w is a multiple of: the
+  // sparse ISA's vector width or half of it for the shifted packing, else 1 (see
+  // sparse_phase_pitch).
   int64_t sparse_lanes = 1;
   // Sparse kinds and kPhaseGemm: the floats from one B plane to the next that the packed offsets
   // assume, a whole number of cache lines: the phase planes of a chunk buffer (kSpmmPhases,
@@ -225,38 +226,61 @@ int64_t chunk_rows(const ConvGeometry& g, int64_t floats_per_row, int64_t fixed,
   return std::clamp<int64_t>(std::max(fit, least), 1, g.out_h);
 }
 
-// The multiple of floats a sparse layer's phase rows are padded to: the sparse ISA's vector
-// width, so that every plane row and every tap's aligned base starts a vector and the kernel
-// reads B in whole aligned vectors (SparseMatrix's shifted packing: a tap's column offset, at
-// most kMaxSpmmShifts - 1, becomes a lane shift of its group's sums). Only where that pads a row
-// by at most an eighth (ResNet-50's 56- and 28-wide planes: 58 -> 64 and 30 -> 32 floats; the
-// 14-wide ones are 16 already); a 7x7 plane's 9-float rows would compute 16. Measured on
-// ResNet-50's 3x3 layers at 90% (bench/spmm_bench.cc, one thread, Zen 5): each shifted tap's
-// vector loads straddled two cache lines, and with every load aligned (offsets rounded down,
-// a timing-only experiment) the stride-1 layers ran 1.3-1.45x faster, stride 2 1.16-1.2x.
-int64_t shifted_pitch(const ConvGeometry& g, const PackedConv::Impl& impl) {
-  const int64_t lanes = vector_floats(impl.sparse_isa);
-  const int64_t width = g.out_w + phase_reach_columns(g);
-  const int64_t padded = (width + lanes - 1) / lanes * lanes;
-  const bool fits = phase_reach_columns(g) < kMaxSpmmShifts && 8 * padded <= 9 * width;
-  return fits ? lanes : 1;
+// Columns a phase row may share with the next: rows laid out closer together than their width
+// overlap in these, which are zeros in both (one row's right padding, the next one's left).
+// Stride 1 only, where a row is the padding, the input row and the padding.
+int64_t phase_row_overlap(const ConvGeometry& g) {
+  if (g.stride_w != 1) return 0;
+  return std::max<int64_t>(
+      0, std::min(g.pad_left, g.out_w + phase_reach_columns(g) - g.pad_left - g.in_w));
 }
 
-// The chunking of a layer on phase planes (see pack_sparse): impl.phase_w, impl.chunk_rows (a
-// chunk's planes plus `out_rows` phase_w-wide output rows per output row within `budget`
-// floats) and impl.b_plane, phase rows padded to a multiple of `pitch_multiple` floats; returns B
-// row (c, ky, kx) of input channels [0, channels), in that order, as an offset into a chunk's
-// planes.
+// How far apart a sparse layer's phase rows lie, and the `lanes` of its packing (see
+// SparseMatrix): rows a multiple of the widest vector-load granule that pads them by at most an
+// eighth, so that every plane row and every tap's aligned base starts on one and the kernel
+// reads B in whole aligned loads (the shifted packing: a tap's column offset, at most
+// kMaxSpmmShifts - 1, becomes a lane shift of its group's sums); else rows as close as they go,
+// packed unshifted.
+// The granule is the vector (ResNet-50's 56-, 28- and 14-wide planes: rows of 57, 29 and 15
+// floats padded to 64, 32 and 16) or half of it (its 7x7 planes: 8 floats, with the overlap).
+// Measured on ResNet-50's 3x3 layers at 90% (bench/spmm_bench.cc, one thread, Zen 5): each
+// shifted tap's vector loads straddled two cache lines, and with every load aligned (offsets
+// rounded down, a timing-only experiment) the stride-1 layers ran 1.3-1.45x faster, stride 2
+// 1.16-1.2x. A half-vector granule: on Zen 4, which splits a 512-bit load in two, a load from a
+// 32-byte boundary cost what an aligned one does and one from elsewhere 1.58x (a standalone loop
+// of 4 FMAs per broadcast, B in L1, the thirty-third session); on a core that loads 512 bits at
+// once half of such loads straddle two lines, against 15 of 16 unaligned.
+struct PhasePitch {
+  int64_t pitch, lanes;
+};
+PhasePitch sparse_phase_pitch(const ConvGeometry& g, Isa isa) {
+  const int64_t closest = g.out_w + phase_reach_columns(g) - phase_row_overlap(g);
+  const int64_t lanes = vector_floats(isa);
+  if (phase_reach_columns(g) < kMaxSpmmShifts) {
+    for (const int64_t granule : {lanes, lanes / 2}) {
+      const int64_t padded = (closest + granule - 1) / granule * granule;
+      if (granule > 1 && 8 * padded <= 9 * closest) return {padded, granule};
+    }
+  }
+  return {closest, 1};
+}
+
+// The chunking of a layer on phase planes (see pack_sparse): impl.phase_w = `pitch` (at least
+// the width of a row less phase_row_overlap(), rows as far apart as they are wide when 0),
+// impl.chunk_rows (a chunk's planes plus `out_rows` phase_w-wide output rows per output row
+// within `budget` floats) and impl.b_plane; returns B row (c, ky, kx) of input channels
+// [0, channels), in that order, as an offset into a chunk's planes.
 std::vector<int64_t> plan_phase_planes(const ConvGeometry& g, int64_t out_rows, int64_t budget,
                                        int64_t channels, PackedConv::Impl& impl,
-                                       int64_t pitch_multiple = 1) {
+                                       int64_t pitch = 0) {
   const int64_t width = g.out_w + phase_reach_columns(g);
-  impl.phase_w = (width + pitch_multiple - 1) / pitch_multiple * pitch_multiple;
+  impl.phase_w = pitch > 0 ? pitch : width;
   const int64_t halo = phase_halo_rows(g);
   const int64_t planes = g.in_c * g.stride_h * g.stride_w;
   impl.chunk_rows =
       chunk_rows(g, (planes + out_rows) * impl.phase_w, planes * halo * impl.phase_w, budget);
-  impl.b_plane = round_up_to_line((impl.chunk_rows + halo) * impl.phase_w);
+  impl.b_plane =
+      round_up_to_line((impl.chunk_rows + halo - 1) * impl.phase_w + std::max(impl.phase_w, width));
   std::vector<int64_t> offsets;
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
@@ -296,8 +320,9 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     // stride 1 there is one phase and this is a plain padded copy. The kernel computes
     // phase_w-wide rows, of which the last phase_w - out_w columns are discarded.
     impl.kind = Kind::kSpmmPhases;
-    impl.sparse_lanes = shifted_pitch(g, impl);
-    offsets = plan_phase_planes(g, 0, kPaddedBudget, g.in_c, impl, impl.sparse_lanes);
+    const PhasePitch pitch = sparse_phase_pitch(g, impl.sparse_isa);
+    impl.sparse_lanes = pitch.lanes;
+    offsets = plan_phase_planes(g, 0, kPaddedBudget, g.in_c, impl, pitch.pitch);
   }
   // K-blocks: a pixel tile of the kernel reads, per input channel, its tile of every phase plane
   // plus the taps' reach (halo rows and columns). A 3x3 layer's channels overflow L1 at 64
@@ -324,8 +349,12 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   if (g.groups == 1) {
     const int64_t tile = default_spmm_ukernel(impl.sparse_isa).tile;
     const int64_t reach = phases ? phase_halo_rows(g) * impl.phase_w + phase_reach_columns(g) : 0;
-    // A tile of each phase plane, or of the (gathered) input plane, no wider than the image.
-    const int64_t width = phases ? g.stride_h * g.stride_w * tile
+    // A tile of each phase plane, or of the (gathered) input plane, no wider than a chunk of
+    // the first or the image of the second. Blocks sized for a whole tile of 128 columns were
+    // half as wide as they could be on ResNet-50's 7x7 planes (55 columns a chunk): sized for
+    // its 64, that 3x3 layer ran 1.09x faster at 90% (one thread, Zen 4, 6 alternated runs).
+    const int64_t chunk = (impl.chunk_rows - 1) * impl.phase_w + g.out_w;
+    const int64_t width = phases ? g.stride_h * g.stride_w * std::min(tile, round_up_to_line(chunk))
                                  : std::min(tile, round_up_to_line(g.out_h * g.out_w));
     const int64_t budget = sparse_l1_budget_floats();
     const double nnz_per_channel = (1.0 - impl.sparsity) * static_cast<double>(taps);
@@ -583,9 +612,12 @@ namespace {
 
 // Fills the phase planes (see pack_sparse) for output rows [r0, r1): `rows` phase rows per
 // plane, zeros wherever the input position is padding or beyond the rows those outputs read
-// (a tile buffer holds no more).
+// (a tile buffer holds no more). Rows lie phase_w apart; where that is less than a row's width
+// (phase_row_overlap), each row is written whole after the one before, whose last columns it
+// overwrites with the same zeros.
 void fill_phases(const ConvGeometry& g, const PlaneView& src, int64_t r0, int64_t r1, int64_t rows,
                  int64_t phase_w, int64_t plane_size, float* planes) {
+  const int64_t width = std::max(phase_w, g.out_w + phase_reach_columns(g));
   const int64_t last_row =
       std::min(g.in_h, (r1 - 1) * g.stride_h - g.pad_top + (g.kernel_h - 1) * g.dilation_h + 1);
   for (int64_t c = 0; c < g.in_c; ++c) {
@@ -598,13 +630,13 @@ void fill_phases(const ConvGeometry& g, const PlaneView& src, int64_t r0, int64_
       for (int64_t b = 0; b < g.stride_w; ++b) {
         float* plane = first_plane + b * plane_size;
         std::fill_n(plane, i0 * phase_w, 0.0f);
-        std::fill(plane + i1 * phase_w, plane + rows * phase_w, 0.0f);
+        std::fill(plane + i1 * phase_w, plane + (rows - 1) * phase_w + width, 0.0f);
       }
       if (i1 <= i0) continue;
       const float* row =
           src.data + c * src.plane_stride + (offset + i0 * g.stride_h - src.row0) * g.in_w;
       if (g.stride_w == 2) {  // both column phases from one read of each row
-        split_column_phases(row, g.stride_h * g.in_w, g.in_w, g.pad_left, i1 - i0, phase_w,
+        split_column_phases(row, g.stride_h * g.in_w, g.in_w, g.pad_left, i1 - i0, width,
                             first_plane + i0 * phase_w, first_plane + plane_size + i0 * phase_w,
                             phase_w);
         continue;
@@ -612,11 +644,11 @@ void fill_phases(const ConvGeometry& g, const PlaneView& src, int64_t r0, int64_
       for (int64_t b = 0; b < g.stride_w; ++b) {
         // Phase columns j whose input column j * sw + b - pad_left lies in [0, in_w).
         const int64_t first =
-            std::min(phase_w, std::max<int64_t>(0, g.pad_left - b + g.stride_w - 1) / g.stride_w);
+            std::min(width, std::max<int64_t>(0, g.pad_left - b + g.stride_w - 1) / g.stride_w);
         const int64_t end = std::clamp<int64_t>(
-            (g.in_w + g.pad_left - b + g.stride_w - 1) / g.stride_w, first, phase_w);
+            (g.in_w + g.pad_left - b + g.stride_w - 1) / g.stride_w, first, width);
         gather_rows(row + first * g.stride_w + b - g.pad_left, g.stride_h * g.in_w, g.stride_w,
-                    i1 - i0, first, end, phase_w, first_plane + b * plane_size + i0 * phase_w,
+                    i1 - i0, first, end, width, first_plane + b * plane_size + i0 * phase_w,
                     phase_w);
       }
     }

@@ -472,13 +472,17 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       // Phase rows of 16 floats whose taps reach 4 columns: too far for the shifted packing.
       {"5x5_s1_16_float_rows", 6, 10, 8, 12, 5, 1, 2, 1, 1},
       {"7x7_s2_p3_stem", 3, 16, 21, 21, 7, 2, 3, 1, 1},
-      {"3x3_s1_7x7_image", 32, 40, 7, 7, 3, 1, 1, 1, 1},
+      // Rows of 9 floats sharing their padding column with the next: 8 apart (conv.cc,
+      // phase_row_overlap), half of AVX-512's vector; and, at stride 2, rows of 8.
+      {"3x3_s1_7x7_image_shifted", 32, 40, 7, 7, 3, 1, 1, 1, 1},
+      {"3x3_s2_14_wide_shifted", 16, 12, 6, 14, 3, 2, 1, 1, 1},
       // Enough input channels that the phase path splits them into K-blocks at every ISA's
       // tile (conv.cc, sparse_l1_budget_floats): several blocks below 99%, the channel count
       // not dividing.
       {"3x3_s1_k_blocks", 145, 6, 5, 21, 3, 1, 1, 1, 1},
       // Phase rows that pad to a whole number of vectors at every ISA (16 and 32 floats, 56 in
-      // at stride 2: 29 -> 32): the shifted packing (conv.cc, shifted_pitch), also in K-blocks.
+      // at stride 2: 29 -> 32): the shifted packing (conv.cc, sparse_phase_pitch), also in
+      // K-blocks.
       {"3x3_s1_14_wide_shifted", 24, 20, 9, 14, 3, 1, 1, 1, 1},
       {"3x3_s1_30_wide_shifted", 16, 12, 6, 30, 3, 1, 1, 1, 1},
       {"3x3_s2_56_wide_shifted", 16, 12, 6, 56, 3, 2, 1, 1, 1},
