@@ -36,12 +36,13 @@ namespace sparsecol::kernels {
 // multiplies B row g * depth + k. Immutable after packing: shared by all threads.
 //
 // Shifted packing (`lanes` > 1, the 3x3 convolutions on phase planes, f32-conv/conv.cc): each
-// B row's offset splits into an aligned base (a multiple of `lanes`, the vector width: a whole-
-// vector load when B's rows start on vectors) and a shift, offset % lanes, below
-// kMaxSpmmShifts. A row's non-zeros are grouped by shift (shifts() groups, in increasing shift,
-// each in increasing column order) and offsets() holds their bases: the kernel sums each group
-// over aligned loads in registers of its own and shifts the sums into place once per row (see
-// SpmmArgs::shifts), instead of loading every shifted B row across two cache lines.
+// B row's offset splits into an aligned base (a multiple of `lanes`: the vector width, whose
+// loads from B's line-aligned planes then start on vectors, or half of it, see
+// sparse_phase_pitch in f32-conv/conv.cc) and a shift, offset % lanes, below kMaxSpmmShifts. A
+// row's non-zeros are grouped by shift (shifts() groups, in increasing shift, each in increasing
+// column order) and offsets() holds their bases: the kernel sums each group over aligned loads in
+// registers of its own and shifts the sums into place once per row (see SpmmArgs::shifts), instead
+// of loading every shifted B row across two cache lines.
 class SparseMatrix {
  public:
   // Element (r, k) of A is a[r * row_stride + k * col_stride]. `b_row_offsets` holds the element
