@@ -132,6 +132,7 @@ int64_t phase_halo_rows(const ConvGeometry& g) {
 int64_t phase_reach_columns(const ConvGeometry& g) {
   return (g.kernel_w - 1) * g.dilation_w / g.stride_w;
 }
+int64_t phase_row_width(const ConvGeometry& g) { return g.out_w + phase_reach_columns(g); }
 
 int64_t phase_tap_offset(const ConvGeometry& g, int64_t c, int64_t ky, int64_t kx, int64_t phase_w,
                          int64_t plane) {
@@ -231,8 +232,7 @@ int64_t chunk_rows(const ConvGeometry& g, int64_t floats_per_row, int64_t fixed,
 // Stride 1 only, where a row is the padding, the input row and the padding.
 int64_t phase_row_overlap(const ConvGeometry& g) {
   if (g.stride_w != 1) return 0;
-  return std::max<int64_t>(
-      0, std::min(g.pad_left, g.out_w + phase_reach_columns(g) - g.pad_left - g.in_w));
+  return std::max<int64_t>(0, std::min(g.pad_left, phase_row_width(g) - g.pad_left - g.in_w));
 }
 
 // How far apart a sparse layer's phase rows lie, and the `lanes` of its packing (see
@@ -254,7 +254,7 @@ struct PhasePitch {
   int64_t pitch, lanes;
 };
 PhasePitch sparse_phase_pitch(const ConvGeometry& g, Isa isa) {
-  const int64_t closest = g.out_w + phase_reach_columns(g) - phase_row_overlap(g);
+  const int64_t closest = phase_row_width(g) - phase_row_overlap(g);
   const int64_t lanes = vector_floats(isa);
   if (phase_reach_columns(g) < kMaxSpmmShifts) {
     for (const int64_t granule : {lanes, lanes / 2}) {
@@ -273,7 +273,7 @@ PhasePitch sparse_phase_pitch(const ConvGeometry& g, Isa isa) {
 std::vector<int64_t> plan_phase_planes(const ConvGeometry& g, int64_t out_rows, int64_t budget,
                                        int64_t channels, PackedConv::Impl& impl,
                                        int64_t pitch = 0) {
-  const int64_t width = g.out_w + phase_reach_columns(g);
+  const int64_t width = phase_row_width(g);
   impl.phase_w = pitch > 0 ? pitch : width;
   const int64_t halo = phase_halo_rows(g);
   const int64_t planes = g.in_c * g.stride_h * g.stride_w;
@@ -353,9 +353,10 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     // the first or the image of the second. Blocks sized for a whole tile of 128 columns were
     // half as wide as they could be on ResNet-50's 7x7 planes (55 columns a chunk): sized for
     // its 64, that 3x3 layer ran 1.09x faster at 90% (one thread, Zen 4, 6 alternated runs).
-    const int64_t chunk = (impl.chunk_rows - 1) * impl.phase_w + g.out_w;
-    const int64_t width = phases ? g.stride_h * g.stride_w * std::min(tile, round_up_to_line(chunk))
-                                 : std::min(tile, round_up_to_line(g.out_h * g.out_w));
+    const int64_t columns =
+        phases ? (impl.chunk_rows - 1) * impl.phase_w + g.out_w : g.out_h * g.out_w;
+    const int64_t width =
+        (phases ? g.stride_h * g.stride_w : 1) * std::min(tile, round_up_to_line(columns));
     const int64_t budget = sparse_l1_budget_floats();
     const double nnz_per_channel = (1.0 - impl.sparsity) * static_cast<double>(taps);
     const int64_t least_c = static_cast<int64_t>(std::ceil(
@@ -617,7 +618,7 @@ namespace {
 // overwrites with the same zeros.
 void fill_phases(const ConvGeometry& g, const PlaneView& src, int64_t r0, int64_t r1, int64_t rows,
                  int64_t phase_w, int64_t plane_size, float* planes) {
-  const int64_t width = std::max(phase_w, g.out_w + phase_reach_columns(g));
+  const int64_t width = std::max(phase_w, phase_row_width(g));
   const int64_t last_row =
       std::min(g.in_h, (r1 - 1) * g.stride_h - g.pad_top + (g.kernel_h - 1) * g.dilation_h + 1);
   for (int64_t c = 0; c < g.in_c; ++c) {
