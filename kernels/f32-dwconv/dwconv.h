@@ -17,9 +17,10 @@
 // as fast on 7x7 and 14x14 planes (0.97-1.24x) and 1.4-1.6x faster on the larger ones; Zen 5
 // AVX-512 1.2-1.3x at stride 1 (1.9x on 7x7 planes) and 2.7-6.3x at stride 2 (docs/BENCHMARKS.md).
 // Its two 16x16 transposes per vector of outputs were over half its time on Zen 5, so 3x3 stride-1
-// layers with rows at least a vector wide (MobileNetV2's 28- to 112-wide ones) take the
-// shifted-tap per-plane kernel instead (dwconv_impl.h, dwconv3x3_shifted: no transposes, aligned
-// loads, lane shifts for the side taps): 1.06-1.18x the channel lanes there (one thread, Zen 5).
+// layers with rows at least a vector wide (MobileNetV2's 28- to 112-wide ones) take the flat
+// per-plane kernel instead (dwconv_impl.h, dwconv3x3_flat: no transposes, aligned loads, lane
+// shifts for the side taps): 1.06-1.18x the channel lanes there (one thread, Zen 5). So do the
+// stride-2 ones on AVX-512, their input rows split into even and odd columns first (1.1-1.2x).
 #pragma once
 
 #include <cstdint>

@@ -107,65 +107,187 @@ inline void dwconv2d_flat(const ConvGeometry& g, const float* weight, const floa
   }
 }
 
-// Whether dwconv3x3_shifted serves geometry g: 3x3, stride 1, undilated, one column of padding
-// on each side (out_w == in_w), rows at least half a vector wide (narrower planes would waste
-// most of every vector on the padding).
-inline bool shifted_supported(const ConvGeometry& g) {
-  return g.kernel_h == 3 && g.kernel_w == 3 && g.stride_h == 1 && g.stride_w == 1 &&
-         g.dilation_h == 1 && g.dilation_w == 1 && g.pad_left == 1 && g.out_w == g.in_w &&
-         2 * g.in_w >= kLanes;
+// Whether dwconv3x3_flat serves geometry g: 3x3, undilated, one row and one column of padding
+// before the image, rows at least half a vector wide (narrower planes would waste most of every
+// vector on the padding). Stride 1 needs a column of padding after each row too (out_w == in_w);
+// stride 2 as many outputs as even columns ((in_w + 1) / 2: MobileNetV2's downsampling layers).
+inline bool flat3x3_supported(const ConvGeometry& g) {
+  const bool s1 = g.stride_h == 1 && g.stride_w == 1 && g.out_w == g.in_w;
+  const bool s2 = g.stride_h == 2 && g.stride_w == 2 && g.out_w == (g.in_w + 1) / 2;
+  return g.kernel_h == 3 && g.kernel_w == 3 && (s1 || s2) && g.dilation_h == 1 &&
+         g.dilation_w == 1 && g.pad_top == 1 && g.pad_left == 1 && 2 * g.out_w >= kLanes;
 }
 
-// 3x3 stride 1 on planes with no transposes and no unaligned taps (MobileNetV2's stride-1
-// layers): per channel, the region's input rows are copied into a zeroed block whose rows are
-// `pitch` = in_w + 1 rounded up to whole vectors apart, every row starting on a cache line
-// (the zeros after a row's data are its right padding and the next row's left padding). Output
-// (oh, x) sits at flat position q = (oh - oh_begin) * pitch + x and reads, per tap row ky, the
-// three vectors at q + ky * pitch - kLanes, q + ky * pitch, q + ky * pitch + kLanes: the
-// middle one is tap kx = 1 as loaded, taps 0 and 2 are it shifted by one lane from its
-// neighbours (one valignd each). Consecutive output vectors share those loads, so a vector of
-// outputs costs 9 FMAs, 6 lane shifts and 3 aligned loads, and its epilogue runs on the
-// register (no accumulator buffer). Against the channel-lane kernel, whose two 16x16 transposes
-// per vector were over half its time (bench/dwconv_bench.cc, Zen 5, one thread): see dwconv.h.
-inline void dwconv3x3_shifted(const ConvGeometry& g, const float* weight, const float* bias,
-                              const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
-                              int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
-                              std::vector<float>& scratch) {
-  constexpr int64_t kGroup = 4;  // output vectors per step: four FMA chains hide the latency
-  // The block stays in L1: chunks of output rows whose input rows take at most this much.
-  constexpr int64_t kBlockBytes = 16 * 1024;
-  const int64_t pitch = round_up(g.in_w + 1, kLanes);
-  const int64_t chunk = std::clamp<int64_t>(
-      kBlockBytes / static_cast<int64_t>(sizeof(float)) / pitch - 2, 1, oh_end - oh_begin);
-  // Flat positions a chunk computes; a vector of zeros before block row 0 (its left padding);
-  // after the rows, what the last group's reads reach: two tap rows and a vector past it.
-  const int64_t outputs = round_up(chunk * pitch, kGroup * kLanes);
-  const int64_t lead = kLanes;
-  const int64_t block_len = lead + std::max((chunk + 2) * pitch, outputs + 2 * pitch + kLanes);
-  float* block = aligned_scratch(scratch, block_len);
+// Output vectors per step of the flat 3x3 kernels: four FMA chains hide the latency.
+constexpr int64_t kFlatGroup = 4;
+// A chunk's copied input rows stay in L1: chunks of output rows whose copies take at most this.
+constexpr int64_t kFlatBlockBytes = 16 * 1024;
+
+// Stride 1 (dwconv3x3_flat): a chunk's input rows are copied into a zeroed block, `pitch` =
+// in_w + 1 rounded up to whole vectors apart, every row starting on a cache line (the zeros after
+// a row's data are its right padding and the next row's left padding). Output (oh, x) sits at
+// flat position q = (oh - r0) * pitch + x and reads, per tap row ky, the three vectors at
+// q + ky * pitch - kLanes, q + ky * pitch, q + ky * pitch + kLanes: the middle one is tap kx = 1
+// as loaded, taps 0 and 2 are it shifted by one lane from its neighbours (one valignd each).
+// Consecutive output vectors share those loads, so a vector of outputs costs 9 FMAs, 6 lane
+// shifts and 3 aligned loads.
+struct FlatStride1 {
+  int64_t pitch, chunk, lead = kLanes, block_floats;
+
+  FlatStride1(const ConvGeometry& g, int64_t out_rows) : pitch(round_up(g.in_w + 1, kLanes)) {
+    chunk = std::clamp<int64_t>(kFlatBlockBytes / static_cast<int64_t>(sizeof(float)) / pitch - 2,
+                                1, out_rows);
+    // A vector of zeros before block row 0 (its left padding); after the rows, what the last
+    // group's reads reach: two tap rows and a vector past it.
+    const int64_t outputs = round_up(chunk * pitch, kFlatGroup * kLanes);
+    block_floats = lead + std::max((chunk + 2) * pitch, outputs + 2 * pitch + kLanes);
+  }
+
+  // Input rows r0 - 1 .. r0 + rows of one channel's plane into the block.
+  void fill(const ConvGeometry& g, const PlaneView& src, const float* plane, int64_t r0,
+            int64_t rows, float* block) const {
+    for (int64_t r = 0; r < rows + 2; ++r) {
+      float* to = block + lead + r * pitch;
+      const int64_t v = r0 - 1 + r;
+      if (v < 0 || v >= g.in_h) {
+        std::fill_n(to, g.in_w, 0.0f);
+        continue;
+      }
+      copy_row_in_vectors(plane + (v - src.row0) * g.in_w, g.in_w, to);
+    }
+  }
+
+  void add_taps(const float* block, int64_t q, const Vec (&w)[9], Vec (&a)[kFlatGroup]) const {
+    for (int ky = 0; ky < 3; ++ky) {
+      const float* p = block + lead + ky * pitch + q;
+      Vec prev = load(p - kLanes), cur = load(p);
+      for (int i = 0; i < kFlatGroup; ++i) {
+        const Vec next = load(p + (i + 1) * kLanes);
+        a[i] = fmadd(shift_lanes<kLanes - 1>(prev, cur), w[3 * ky], a[i]);
+        a[i] = fmadd(cur, w[3 * ky + 1], a[i]);
+        a[i] = fmadd(shift_lanes<1>(cur, next), w[3 * ky + 2], a[i]);
+        prev = cur;
+        cur = next;
+      }
+    }
+  }
+};
+
+// The even and odd columns of a row of n floats into even[0, ...) and odd[0, ...), whole vectors
+// with zeros past the row's data: two loads (the last ones masked) and two vpermt2ps per 2 *
+// kLanes columns.
+inline void split_row_phases(const float* in, int64_t n, float* even, float* odd) {
+  int64_t x = 0;
+  for (; 2 * x + 2 * kLanes <= n; x += kLanes) {
+    const Vec a = load(in + 2 * x), b = load(in + 2 * x + kLanes);
+    store(even + x, even_lanes(a, b));
+    store(odd + x, odd_lanes(a, b));
+  }
+  const int64_t left = n - 2 * x;
+  if (left > 0) {
+    const Vec a = left >= kLanes ? load(in + 2 * x) : load_partial(in + 2 * x, left);
+    const Vec b = left > kLanes ? load_partial(in + 2 * x + kLanes, left - kLanes) : splat(0.0f);
+    store(even + x, even_lanes(a, b));
+    store(odd + x, odd_lanes(a, b));
+  }
+}
+
+// Stride 2 (dwconv3x3_flat): a chunk's input rows are split by row and column phase into four
+// planes of `pitch` = out_w + 1 rounded up to whole vectors a row (split_row_phases). Output row
+// r0 + i reads input rows 2 (r0 + i) - 1, 2 (r0 + i) and 2 (r0 + i) + 1: rows i and i + 1 of the
+// odd-row planes and row i of the even-row ones, so output (oh, x) sits at flat position
+// q = (oh - r0) * pitch + x in all of them, as at stride 1. Of a row's two column phases, the
+// even one holds columns 2x (tap kx = 1) and the odd one columns 2x + 1 (tap 2); tap 0, column
+// 2x - 1, is the odd one shifted by one lane from its previous vector (the zeros before a plane
+// and past every row's data are the left padding). A vector of outputs costs 9 FMAs, 3 lane
+// shifts and 6 aligned loads, plus its share of the split: two vpermt2ps per input row vector.
+struct FlatStride2 {
+  int64_t pitch, chunk, lead = kLanes, plane_floats, block_floats;
+
+  FlatStride2(const ConvGeometry& g, int64_t out_rows) : pitch(round_up(g.out_w + 1, kLanes)) {
+    chunk = std::clamp<int64_t>(
+        kFlatBlockBytes / static_cast<int64_t>(sizeof(float)) / (4 * pitch) - 1, 1, out_rows);
+    // A vector of zeros, then the odd-row planes' rows 0 .. chunk, and what the last group's
+    // reads of row i + 1 reach.
+    const int64_t outputs = round_up(chunk * pitch, kFlatGroup * kLanes);
+    plane_floats = round_up_to_line(lead + std::max((chunk + 1) * pitch, outputs + pitch));
+    block_floats = 4 * plane_floats;
+  }
+
+  // Row 0 of plane (row phase, column phase): row phase 0 holds the odd input rows (2 r0 - 1,
+  // 2 r0 + 1, ...), row phase 1 the even ones (2 r0, ...).
+  float* plane(float* block, int row_phase, int column_phase) const {
+    return block + (2 * row_phase + column_phase) * plane_floats + lead;
+  }
+  const float* plane(const float* block, int row_phase, int column_phase) const {
+    return plane(const_cast<float*>(block), row_phase, column_phase);
+  }
+
+  // Input rows 2 r0 - 1 .. 2 (r0 + rows) - 1 in order (one stream for the prefetchers).
+  void fill(const ConvGeometry& g, const PlaneView& src, const float* plane_data, int64_t r0,
+            int64_t rows, float* block) const {
+    for (int64_t j = 0; j <= 2 * rows; ++j) {
+      const int64_t v = 2 * r0 - 1 + j;
+      const int row_phase = static_cast<int>(j % 2);
+      float* even = plane(block, row_phase, 0) + j / 2 * pitch;
+      float* odd = plane(block, row_phase, 1) + j / 2 * pitch;
+      if (v < 0 || v >= g.in_h) {
+        std::fill_n(even, pitch, 0.0f);
+        std::fill_n(odd, pitch, 0.0f);
+        continue;
+      }
+      split_row_phases(plane_data + (v - src.row0) * g.in_w, g.in_w, even, odd);
+    }
+  }
+
+  void add_taps(const float* block, int64_t q, const Vec (&w)[9], Vec (&a)[kFlatGroup]) const {
+    for (int ky = 0; ky < 3; ++ky) {
+      const int row_phase = ky == 1 ? 1 : 0;
+      const int64_t row = ky == 2 ? pitch : 0;
+      const float* even = plane(block, row_phase, 0) + row + q;
+      const float* odd = plane(block, row_phase, 1) + row + q;
+      Vec prev = load(odd - kLanes);
+      for (int i = 0; i < kFlatGroup; ++i) {
+        const Vec cur = load(odd + i * kLanes);
+        a[i] = fmadd(shift_lanes<kLanes - 1>(prev, cur), w[3 * ky], a[i]);
+        a[i] = fmadd(load(even + i * kLanes), w[3 * ky + 1], a[i]);
+        a[i] = fmadd(cur, w[3 * ky + 2], a[i]);
+        prev = cur;
+      }
+    }
+  }
+};
+
+// 3x3 stride 1 or 2 on planes with no transposes and no unaligned taps (MobileNetV2's layers
+// whose rows are at least half a vector wide): per channel, chunks of output rows whose input
+// rows `Layout` (FlatStride1, FlatStride2) copies into an L1 block where every tap of output
+// (oh, x) lies at the same flat position q = (oh - r0) * pitch + x of its plane and tap row; the
+// positions run in groups of kFlatGroup vectors, each from the bias through the taps in order
+// (as the channel-lane kernel sums them: both give the same bits), and its vectors inside the
+// output rows go through the epilogue on the register (no accumulator buffer). Against the
+// channel-lane kernel, whose two 16x16 transposes per vector were over half its time
+// (bench/dwconv_bench.cc, Zen 5, one thread): see dwconv.h.
+template <typename Layout>
+inline void dwconv3x3_flat(const ConvGeometry& g, const float* weight, const float* bias,
+                           const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
+                           int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
+                           std::vector<float>& scratch) {
+  const Layout layout(g, oh_end - oh_begin);
+  float* block = aligned_scratch(scratch, layout.block_floats);
   // Zeroed once: the copies rewrite only the rows' data positions (whole vectors, zeros past
   // the row), which keeps every padding column zero.
-  std::fill_n(block, block_len, 0.0f);
+  std::fill_n(block, layout.block_floats, 0.0f);
   const StoreMode mode = store_mode(epilogue, residual);
+  const int64_t pitch = layout.pitch;
 
   for (int64_t c = 0; c < g.in_c; ++c) {
     const float* plane = src.data + c * src.plane_stride;
     Vec w[9];
     for (int t = 0; t < 9; ++t) w[t] = broadcast(weight + c * 9 + t);
     const Vec b = splat(bias != nullptr ? bias[c] : 0.0f);
-    for (int64_t r0 = oh_begin; r0 < oh_end; r0 += chunk) {
-      const int64_t rows = std::min(chunk, oh_end - r0);
-      const int64_t v0 = r0 - g.pad_top;  // input row of block row 0
-      for (int64_t r = 0; r < rows + 2; ++r) {
-        float* to = block + lead + r * pitch;
-        const int64_t v = v0 + r;
-        if (v < 0 || v >= g.in_h) {
-          std::fill_n(to, g.in_w, 0.0f);
-          continue;
-        }
-        const float* from = plane + (v - src.row0) * g.in_w;
-        copy_row_in_vectors(from, g.in_w, to);
-      }
+    for (int64_t r0 = oh_begin; r0 < oh_end; r0 += layout.chunk) {
+      const int64_t rows = std::min(layout.chunk, oh_end - r0);
+      layout.fill(g, src, plane, r0, rows, block);
       const float* res = residual == nullptr ? nullptr
                                              : residual->data + c * residual->plane_stride +
                                                    (r0 - residual->row0) * g.out_w;
@@ -174,22 +296,11 @@ inline void dwconv3x3_shifted(const ConvGeometry& g, const float* weight, const 
       with_store_mode(mode, [&](auto m) {
         const EpilogueStore<decltype(m)::value> store_vector(epilogue);
         int64_t row = 0, x = 0;  // of flat position q (pitch is a whole number of vectors)
-        for (int64_t q = 0; q < positions; q += kGroup * kLanes) {
-          Vec a[kGroup];
-          for (int i = 0; i < kGroup; ++i) a[i] = b;
-          for (int ky = 0; ky < 3; ++ky) {
-            const float* p = block + lead + ky * pitch + q;
-            Vec prev = load(p - kLanes), cur = load(p);
-            for (int i = 0; i < kGroup; ++i) {
-              const Vec next = load(p + (i + 1) * kLanes);
-              a[i] = fmadd(shift_lanes<kLanes - 1>(prev, cur), w[3 * ky], a[i]);
-              a[i] = fmadd(cur, w[3 * ky + 1], a[i]);
-              a[i] = fmadd(shift_lanes<1>(cur, next), w[3 * ky + 2], a[i]);
-              prev = cur;
-              cur = next;
-            }
-          }
-          for (int i = 0; i < kGroup; ++i, x += kLanes) {
+        for (int64_t q = 0; q < positions; q += kFlatGroup * kLanes) {
+          Vec a[kFlatGroup];
+          for (int i = 0; i < kFlatGroup; ++i) a[i] = b;
+          layout.add_taps(block, q, w, a);
+          for (int i = 0; i < kFlatGroup; ++i, x += kLanes) {
             if (x == pitch) x = 0, ++row;
             if (row >= rows || x >= g.out_w) continue;  // padding columns, rows past the chunk
             const int64_t o = row * g.out_w + x;
@@ -207,8 +318,14 @@ inline void dwconv2d_planes(const ConvGeometry& g, const float* weight, const fl
                             const PlaneView& src, const PlaneView& dst, int64_t oh_begin,
                             int64_t oh_end, const Epilogue& epilogue, const PlaneView* residual,
                             std::vector<float>& scratch) {
-  if (shifted_supported(g)) {
-    dwconv3x3_shifted(g, weight, bias, src, dst, oh_begin, oh_end, epilogue, residual, scratch);
+  if (flat3x3_supported(g)) {
+    if (g.stride_w == 1) {
+      dwconv3x3_flat<FlatStride1>(g, weight, bias, src, dst, oh_begin, oh_end, epilogue, residual,
+                                  scratch);
+    } else {
+      dwconv3x3_flat<FlatStride2>(g, weight, bias, src, dst, oh_begin, oh_end, epilogue, residual,
+                                  scratch);
+    }
     return;
   }
   if (g.stride_h == 1 && g.stride_w == 1) {
@@ -247,11 +364,14 @@ inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const
   // kAuto: the channel-lane kernel wherever it applies and its transposes are tuned (AVX2,
   // AVX-512): 2.4-4.5x the per-plane kernel on MobileNetV2's layers on Zen 3, 1.2-6.3x on Zen 5
   // (bench/dwconv_bench.cc, dwconv.h).
-  // Planes at least a vector wide go to the shifted-tap kernel instead, where it applies: no
-  // transposes (1.06-1.18x the channel lanes on MobileNetV2's 28- to 112-wide layers, Zen 5).
-  const bool lanes =
-      method == DwconvMethod::kChannelLanes || (method == DwconvMethod::kAuto && kTransposeTuned &&
-                                                !(shifted_supported(g) && g.in_w >= kLanes));
+  // Output rows at least a vector wide go to the flat kernel instead, where it applies: no
+  // transposes. Stride 1: 1.06-1.18x the channel lanes on MobileNetV2's 28- to 112-wide layers
+  // (Zen 5). Stride 2 on AVX-512 only: 1.1-1.2x on its 56- and 28-wide outputs (Zen 4, one
+  // thread, four alternated rounds: 152-176 against 183-191 us, 63-68 against 69-71 us); with
+  // AVX2, whose even/odd split crosses the 128-bit halves, 1.3-1.4x slower than the lanes.
+  const bool flat = flat3x3_supported(g) && g.out_w >= kLanes && (g.stride_w == 1 || kLanes == 16);
+  const bool lanes = method == DwconvMethod::kChannelLanes ||
+                     (method == DwconvMethod::kAuto && kTransposeTuned && !flat);
   const WindowGeometry wg{g.in_h,     g.in_w,    g.out_w,    g.kernel_h,   g.kernel_w,  g.stride_h,
                           g.stride_w, g.pad_top, g.pad_left, g.dilation_h, g.dilation_w};
   const int64_t lanes_c = lanes && lanes_supported(wg, g.in_c) ? g.in_c / kLanes * kLanes : 0;

@@ -714,20 +714,23 @@ TEST_P(DepthwiseConvTest, PlanesMatchReferenceOnRandomGeometries) {
   }
 }
 
-// The shifted-tap kernel (3x3 stride 1, one column of padding a side: the per-plane path's
-// lowering for it) on widths around whole vectors of every tier (a row's padding then fills a
-// whole vector of its pitch), and heights past one L1 chunk of rows at the widest (its chunks
-// re-copy two halo rows each).
-TEST_P(DepthwiseConvTest, ShiftedTapsMatchReferenceAcrossWidthsAndChunks) {
+// The flat 3x3 kernels (stride 1 and 2, one row and column of padding before the image: the
+// per-plane path's lowering for them, dwconv3x3_flat) on widths around whole vectors of every
+// tier (a row's padding then fills a whole vector of its pitch; odd widths leave stride 2 a
+// last tap past the image), and heights past one L1 chunk of rows at the widest (its chunks
+// re-copy their halo rows).
+TEST_P(DepthwiseConvTest, FlatTapsMatchReferenceAcrossWidthsAndChunks) {
   const kernels::Isa isa = GetParam();
   std::mt19937 rng(37);
-  for (const int64_t width : {2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 57, 112, 127, 128, 129}) {
-    const int64_t height = width >= 100 ? draw_between(rng, 20, 80) : draw_between(rng, 1, 20);
-    const int64_t channels = draw_between(rng, 1, 5);
-    const ConvGeometry g =
-        make_geometry(ConvCase{"", channels, channels, height, width, 3, 1, 1, 1, channels});
-    SCOPED_TRACE(fmt::format("c {} {}x{}", channels, height, width));
-    check_planes_on_random_rows(g, isa, rng);
+  for (const int64_t stride : {1, 2}) {
+    for (const int64_t width : {2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 57, 112, 127, 128, 129}) {
+      const int64_t height = width >= 100 ? draw_between(rng, 20, 80) : draw_between(rng, 1, 20);
+      const int64_t channels = draw_between(rng, 1, 5);
+      const ConvGeometry g =
+          make_geometry(ConvCase{"", channels, channels, height, width, 3, stride, 1, 1, channels});
+      SCOPED_TRACE(fmt::format("stride {}: c {} {}x{}", stride, channels, height, width));
+      check_planes_on_random_rows(g, isa, rng);
+    }
   }
 }
 

@@ -628,8 +628,8 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
 // The dense GEMM lowerings and the depthwise kernels split by output channels (the
 // layer-by-layer schedule's blocks of channels for the deep layers at batch 1): every block of
 // whole granules, and the last partial one, matches the reference and writes nothing outside
-// its channels. The depthwise cases cover the shifted-tap (21 wide), channel-lane (7 wide) and
-// strided kernels.
+// its channels. The depthwise cases cover the flat (21 wide; 34 wide at stride 2, on AVX-512),
+// channel-lane (7 wide, 30 wide at stride 2) kernels.
 TEST(DenseConvRegionTest, BlocksOfChannelsMatchReference) {
   std::mt19937 rng(19);
   const SparseConvCase cases[] = {
@@ -639,6 +639,7 @@ TEST(DenseConvRegionTest, BlocksOfChannelsMatchReference) {
       {"depthwise_3x3_21_wide", 40, 40, 9, 21, 3, 1, 1, 1, 40},
       {"depthwise_3x3_7_wide", 48, 48, 7, 7, 3, 1, 1, 1, 48},
       {"depthwise_3x3_s2", 37, 37, 11, 30, 3, 2, 1, 1, 37},
+      {"depthwise_3x3_s2_34_wide", 37, 37, 11, 34, 3, 2, 1, 1, 37},
   };
   for (const SparseConvCase& c : cases) {
     SCOPED_TRACE(c.name);
