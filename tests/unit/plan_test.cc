@@ -470,6 +470,53 @@ TEST(Partition, L2ColumnsThatKeepLittleRunWholeWhereTheL3HoldsTheActivations) {
   }
 }
 
+// Two inverted residual blocks (1x1 expansion 8 -> 48 + ReLU, 3x3 depthwise + ReLU, 1x1
+// projection back to 8), the first with its residual Add, the second without (as MobileNetV2's
+// blocks that change the stride or the width): the first block's end and the second's expansion
+// are both single-output cuts, and the expansion writes 6x the bytes.
+graph::Graph inverted_blocks() {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 8, 32, 24});
+  uint32_t seed = 40;
+  auto conv = [&](int in, int64_t out_c, int64_t in_c, int64_t k, int64_t groups) {
+    std::map<std::string, graph::AttrValue> attrs;
+    if (k == 3) attrs["pads"] = kPad1;
+    if (groups > 1) attrs["group"] = groups;
+    return b.node("Conv",
+                  {in, b.constant(fmt::format("w{}", seed),
+                                  random_tensor({out_c, in_c / groups, k, k}, seed++))},
+                  attrs);
+  };
+  auto block = [&](int in) {
+    const int expanded = b.node("Relu", {conv(in, 48, 8, 1, 1)});
+    const int filtered = b.node("Relu", {conv(expanded, 48, 48, 3, 48)});
+    return conv(filtered, 8, 48, 1, 1);
+  };
+  const int first = b.node("Add", {block(x), x});
+  return b.finish({block(first)});
+}
+
+// A column that could end after the next block's expansion ends at the block's projection
+// instead: the narrow value goes to memory, and the expansion starts the next column, which
+// keeps its wide output in cache. Columns of at most 4 ops (the first block and the second's
+// expansion) and a roomy budget with no L3 known, so that only the cut is weighed.
+TEST(Partition, ColumnsEndBeforeAnExpansionWhereABlockEnds) {
+  const graph::Graph g = prepared(inverted_blocks(), {1, 8, 32, 24});
+  plan::PlanOptions options;
+  options.cache_budget_bytes = 4 << 20;
+  options.max_column_ops = 4;
+  const plan::TilePlan plan = plan::plan_columns(g, options);
+  expect_valid_plan(g, plan);
+  ASSERT_EQ(plan.columns.size(), 2u) << plan::describe_plan(g, plan);
+  const int64_t narrow = 8 * 32 * 24 * 4;
+  for (const plan::Column& c : plan.columns) {
+    EXPECT_EQ(c.ops.size(), 3u) << plan::describe_plan(g, plan);
+    EXPECT_EQ(c.ops.back().channels, 8) << plan::describe_plan(g, plan);
+    EXPECT_EQ(c.bytes_to_memory, narrow) << plan::describe_plan(g, plan);
+  }
+  EXPECT_EQ(plan.depthwise_bytes, 2 * narrow) << plan::describe_plan(g, plan);
+}
+
 // A Conv whose weight runs through the sparse kernels streams its packed non-zeros, not the
 // dense weight, and needs no im2col (the zero-padded input rows only).
 TEST(TileOps, SparseConvStreamsItsNonZerosAndNeedsNoIm2col) {
