@@ -214,13 +214,10 @@ struct FlatStride2 {
     block_floats = 4 * plane_floats;
   }
 
-  // Row 0 of plane (row phase, column phase): row phase 0 holds the odd input rows (2 r0 - 1,
-  // 2 r0 + 1, ...), row phase 1 the even ones (2 r0, ...).
-  float* plane(float* block, int row_phase, int column_phase) const {
-    return block + (2 * row_phase + column_phase) * plane_floats + lead;
-  }
-  const float* plane(const float* block, int row_phase, int column_phase) const {
-    return plane(const_cast<float*>(block), row_phase, column_phase);
+  // Where row 0 of plane (row phase, column phase) starts in the block: row phase 0 holds the
+  // odd input rows (2 r0 - 1, 2 r0 + 1, ...), row phase 1 the even ones (2 r0, ...).
+  int64_t plane(int row_phase, int column_phase) const {
+    return (2 * row_phase + column_phase) * plane_floats + lead;
   }
 
   // Input rows 2 r0 - 1 .. 2 (r0 + rows) - 1 in order (one stream for the prefetchers).
@@ -229,8 +226,8 @@ struct FlatStride2 {
     for (int64_t j = 0; j <= 2 * rows; ++j) {
       const int64_t v = 2 * r0 - 1 + j;
       const int row_phase = static_cast<int>(j % 2);
-      float* even = plane(block, row_phase, 0) + j / 2 * pitch;
-      float* odd = plane(block, row_phase, 1) + j / 2 * pitch;
+      float* even = block + plane(row_phase, 0) + j / 2 * pitch;
+      float* odd = block + plane(row_phase, 1) + j / 2 * pitch;
       if (v < 0 || v >= g.in_h) {
         std::fill_n(even, pitch, 0.0f);
         std::fill_n(odd, pitch, 0.0f);
@@ -244,8 +241,8 @@ struct FlatStride2 {
     for (int ky = 0; ky < 3; ++ky) {
       const int row_phase = ky == 1 ? 1 : 0;
       const int64_t row = ky == 2 ? pitch : 0;
-      const float* even = plane(block, row_phase, 0) + row + q;
-      const float* odd = plane(block, row_phase, 1) + row + q;
+      const float* even = block + plane(row_phase, 0) + row + q;
+      const float* odd = block + plane(row_phase, 1) + row + q;
       Vec prev = load(odd - kLanes);
       for (int i = 0; i < kFlatGroup; ++i) {
         const Vec cur = load(odd + i * kLanes);
