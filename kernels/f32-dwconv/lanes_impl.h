@@ -48,9 +48,11 @@ constexpr bool kTransposeTuned = false;
 // r[i][j] <-> r[j][i] for a kLanes x kLanes block.
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 // GCC 12 warns that the AVX-512 shuffles' undefined pass-through operand "may be used
-// uninitialized" (its intrinsics initialise it from itself); every lane is written.
+// uninitialized" (its intrinsics initialise it from itself), or at -O1 (the sanitizer builds)
+// that it "is used uninitialized"; every lane is written.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 inline void transpose(Vec* r) {
 #if defined(__AVX2__) && !defined(__AVX512F__)
