@@ -363,9 +363,10 @@ inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const
   // (bench/dwconv_bench.cc, dwconv.h).
   // Output rows at least a vector wide go to the flat kernel instead, where it applies: no
   // transposes. Stride 1: 1.06-1.18x the channel lanes on MobileNetV2's 28- to 112-wide layers
-  // (Zen 5). Stride 2 on AVX-512 only: 1.1-1.2x on its 56- and 28-wide outputs (Zen 4, one
-  // thread, four alternated rounds: 152-176 against 183-191 us, 63-68 against 69-71 us); with
-  // AVX2, whose even/odd split crosses the 128-bit halves, 1.3-1.4x slower than the lanes.
+  // (Zen 5). Stride 2 on AVX-512 only: 1.12x on MobileNetV2's 56-wide output, about even on its
+  // 28-wide one (Zen 4, one thread, medians of six alternated rounds: 164 against 184 us, 68.5
+  // against 69.9 us); with AVX2, whose even/odd split crosses the 128-bit halves, 1.3-1.4x slower
+  // than the lanes.
   const bool flat = flat3x3_supported(g) && g.out_w >= kLanes && (g.stride_w == 1 || kLanes == 16);
   const bool lanes = method == DwconvMethod::kChannelLanes ||
                      (method == DwconvMethod::kAuto && kTransposeTuned && !flat);
