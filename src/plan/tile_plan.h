@@ -225,7 +225,10 @@ struct TilePlan {
 
 // Partitions a specialized graph (every shape concrete) into columns, greedily: from each
 // tileable node, the longest run of tileable nodes that forms a valid column whose working set
-// fits a tier's budget at some tile height and whose halo overhead stays under the limit.
+// fits a tier's budget at some tile height and whose halo overhead stays under the limit; or a
+// run not much shorter that ends where a block ends (one output), and then not on an op that
+// widens what it writes where the op before it also ends a block (see Candidates in
+// tile_plan.cc).
 TilePlan plan_columns(const graph::Graph& graph, const PlanOptions& options);
 
 // Lays out one candidate column with tile height `tile_rows` (rows, ownership, buffers, working
