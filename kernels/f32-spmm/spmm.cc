@@ -309,7 +309,6 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
         SpmmArgs args = spmm_args(wt, wt.offsets(), feature_begin + f0, feature_begin + f0 + chunk,
                                   one_token ? xb + k0 : xt + k0 * kSpmmTokenBlock, block, yt,
                                   kSpmmTokenBlock, last ? inner : none, /*accumulate=*/b > 0);
-        static_assert(std::has_single_bit(static_cast<uint64_t>(kSpmmTokenBlock)));
         args.reassociate = one_token;
         args.offset_shift =
             one_token ? std::countr_zero(static_cast<uint64_t>(kSpmmTokenBlock)) : 0;
