@@ -126,15 +126,6 @@ struct SpmmArgs {
   // the last column the product needs (the caller leaves that slack; those lanes only feed
   // columns it does not store). The sum per element runs group by group, each in order.
   int64_t shifts = 1;
-  // Whether the sum per element may run in another order (unshifted packing, n == 1 only): then
-  // a row's non-zeros go round a few scalar partial sums, added at the row's end, instead of one
-  // chain of FMAs on vectors of which one lane counts. A linear layer on one token (a CNN's
-  // classifier at batch 1): see sparse_linear.
-  bool reassociate = false;
-  // B's value for non-zero j of column c is src[(offsets[j] >> offset_shift) + c] (with
-  // reassociate, a linear layer's offsets, which address a transposed block of kSpmmTokenBlock
-  // tokens, read its one token from its own row instead).
-  int offset_shift = 0;
 };
 
 // The widest vector of any kernel, in floats (AVX-512).
