@@ -1,10 +1,11 @@
 // Sparse vs dense side by side on the layer shapes the sparse goals name: ResNet-50's 1x1 and
 // 3x3 convolutions (224x224 input, batch 1, whole image per call) and BERT-base's linear layers
-// (128 tokens), each dense and at 50/70/80/90/95% unstructured sparsity, one thread.
-// Counters: FLOP/s on the non-zeros (2 per multiply-add actually done) and dense-equivalent
-// FLOP/s (2 per multiply-add of the dense layer: the speed a dense kernel would need to match).
-// The label names the implementation. Ratios: run with --benchmark_format=json and compare the
-// "dense" entry of a shape with its sparse ones (same process, same run).
+// (128 tokens) and two CNN classifiers at batch 1 (one token), each dense and at 50/70/80/90/95%
+// unstructured sparsity, one thread. Counters: FLOP/s on the non-zeros (2 per multiply-add actually
+// done) and dense-equivalent FLOP/s (2 per multiply-add of the dense layer: the speed a dense
+// kernel would need to match). The label names the implementation. Ratios: run with
+// --benchmark_format=json and compare the "dense" entry of a shape with its sparse ones (same
+// process, same run).
 //   build/bench/sparsecol_bench --benchmark_filter=spmm
 #include <benchmark/benchmark.h>
 
@@ -50,14 +51,16 @@ const ConvLayer kConvLayers[] = {
 
 struct LinearLayer {
   const char* name;
-  int64_t k, n;
+  int64_t k, n, tokens;
 };
 
-constexpr int64_t kTokens = 128;
+// BERT-base's on a sequence of 128 tokens, and two CNN classifiers at batch 1 (one token).
 const LinearLayer kLinearLayers[] = {
-    {"bert/qkv_768x768", 768, 768},
-    {"bert/ffn_up_768x3072", 768, 3072},
-    {"bert/ffn_down_3072x768", 3072, 768},
+    {"bert/qkv_768x768", 768, 768, 128},
+    {"bert/ffn_up_768x3072", 768, 3072, 128},
+    {"bert/ffn_down_3072x768", 3072, 768, 128},
+    {"mobilenetv2/classifier_1280x1000_1_token", 1280, 1000, 1},
+    {"resnet50/fc_2048x1000_1_token", 2048, 1000, 1},
 };
 
 using sparsecol::bench::Floats;
@@ -111,22 +114,22 @@ void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity
   state.SetLabel(conv.implementation());
 }
 
-// Y[128 x N] = X[128 x K] W[K x N] + bias: dense through gemm() (what the layerwise MatMul step
+// Y[T x N] = X[T x K] W[K x N] + bias: dense through gemm() (what the layerwise MatMul step
 // runs), sparse through sparse_linear().
 void linear_layer(benchmark::State& state, const LinearLayer& layer, double sparsity) {
   std::mt19937 rng(2);
-  const Floats x = random_floats(kTokens * layer.k, rng);
+  const Floats x = random_floats(layer.tokens * layer.k, rng);
   Floats w = random_floats(layer.k * layer.n, rng);
   if (sparsity > 0.0) prune(w, sparsity, rng);
   const Floats bias = random_floats(layer.n, rng);
-  Floats y(static_cast<std::size_t>(kTokens * layer.n));
+  Floats y(static_cast<std::size_t>(layer.tokens * layer.n));
   std::vector<float> scratch;
   Epilogue epilogue;
   epilogue.col_bias = bias.data();
   if (sparsity < 0.0) {
     for (auto _ : state) {
-      gemm({kTokens, layer.n, layer.k}, x.data(), layer.k, w.data(), layer.n, y.data(), layer.n,
-           epilogue, scratch);
+      gemm({layer.tokens, layer.n, layer.k}, x.data(), layer.k, w.data(), layer.n, y.data(),
+           layer.n, epilogue, scratch);
       benchmark::DoNotOptimize(y.data());
       benchmark::ClobberMemory();
     }
@@ -134,14 +137,14 @@ void linear_layer(benchmark::State& state, const LinearLayer& layer, double spar
   } else {
     const SparseLinear sparse(w.data(), layer.k, layer.n, layer.n, 1);
     for (auto _ : state) {
-      sparse_linear(sparse, x.data(), layer.k, kTokens, 0, layer.n, y.data(), layer.n, epilogue,
-                    scratch);
+      sparse_linear(sparse, x.data(), layer.k, layer.tokens, 0, layer.n, y.data(), layer.n,
+                    epilogue, scratch);
       benchmark::DoNotOptimize(y.data());
       benchmark::ClobberMemory();
     }
     state.SetLabel(fmt::format("spmm/{}", to_string(active_isa())));
   }
-  set_counters(state, 2.0 * static_cast<double>(kTokens * layer.k * layer.n),
+  set_counters(state, 2.0 * static_cast<double>(layer.tokens * layer.k * layer.n),
                std::max(sparsity, 0.0));
 }
 
