@@ -137,6 +137,7 @@ inline Vec broadcast(const float* p) {
 #endif
 }
 inline Vec splat(float x) { return Vec{} + x; }
+
 // v with lanes `count` and above replaced by `fill`.
 inline Vec keep_first(Vec v, int64_t count, float fill) {
   IVec lane;
@@ -149,6 +150,14 @@ inline Vec fmadd(Vec a, Vec b, Vec c) {
   return __builtin_ia32_vfmaddps512_mask(a, b, c, -1, 4);
 #elif defined(__AVX2__) && defined(__FMA__)
   return _mm256_fmadd_ps(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+// The same for one float: fused where the vector one is.
+inline float fmadd(float a, float b, float c) {
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  return __builtin_fmaf(a, b, c);
 #else
   return a * b + c;
 #endif

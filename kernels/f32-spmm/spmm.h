@@ -126,6 +126,15 @@ struct SpmmArgs {
   // the last column the product needs (the caller leaves that slack; those lanes only feed
   // columns it does not store). The sum per element runs group by group, each in order.
   int64_t shifts = 1;
+  // Whether the sum per element may run in another order (unshifted packing, n == 1 only): then
+  // a row's non-zeros go round a few scalar partial sums, added at the row's end, instead of one
+  // chain of FMAs on vectors of which one lane counts. A linear layer on one token (a CNN's
+  // classifier at batch 1): see sparse_linear.
+  bool reassociate = false;
+  // B's value for non-zero j of column c is src[(offsets[j] >> offset_shift) + c] (with
+  // reassociate, a linear layer's offsets, which address a transposed block of kSpmmTokenBlock
+  // tokens, read its one token from its own row instead).
+  int offset_shift = 0;
 };
 
 // The widest vector of any kernel, in floats (AVX-512).
@@ -288,9 +297,12 @@ inline int64_t token_feature_offset(TokenLayout layout, int64_t t, int64_t f, in
 // set).
 int64_t sparse_linear_scratch_floats(int64_t depth);
 
+// `one_token_tensor`: the layer's whole input is this one token (a CNN's classifier at batch 1),
+// so every schedule calls it so alike; each output then sums its non-zeros in partial sums
+// (SpmmArgs::reassociate), in another order than a call on more tokens would.
 void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t tokens,
                    int64_t feature_begin, int64_t feature_end, float* y, int64_t ldy,
                    const Epilogue& epilogue, std::vector<float>& scratch, Isa isa = active_isa(),
-                   LinearLayouts layouts = {});
+                   LinearLayouts layouts = {}, bool one_token_tensor = false);
 
 }  // namespace sparsecol::kernels

@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -249,10 +250,38 @@ inline void spmm_shifted_region(const SpmmArgs& args) {
       args.n, [&](int64_t col, int64_t count) { spmm_shifted_tile_of<kShifts>(args, col, count); });
 }
 
+// One column with SpmmArgs::reassociate: a vector with one useful lane would hold the row's sum
+// in one chain of FMAs, each waiting on the last; here the row's non-zeros go round kPartialSums
+// scalar sums, added at the row's end, each reading its input at offsets[j] >> offset_shift.
+// Four sums against eight: 1.1-1.2x faster on CNN classifiers at batch 1 (K blocks of 256 leave
+// rows of 13-51 non-zeros, whose end costs more with eight); gathering a vector of inputs at a
+// time (vgatherdps) ran 1.2x slower than eight (Zen 4, bench/spmm_bench.cc, one thread).
+constexpr int kPartialSums = 4;
+
+inline void spmv_region(const SpmmArgs& args) {
+  for (int64_t row = 0; row < args.rows; ++row) {
+    float part[kPartialSums] = {};
+    auto add = [&](int u, int32_t j) {
+      part[u] = fmadd(args.values[j], args.src[args.offsets[j] >> args.offset_shift], part[u]);
+    };
+    const int32_t end = args.row_ptr[row + 1];
+    int32_t j = args.row_ptr[row];
+    for (; j + kPartialSums <= end; j += kPartialSums) {
+      for (int u = 0; u < kPartialSums; ++u) add(u, j + u);
+    }
+    for (int u = 0; j < end; ++u, ++j) add(u, j);
+    float sum = (part[0] + part[1]) + (part[2] + part[3]);
+    if (args.accumulate) sum += args.dst[row * args.ldd];
+    Vec acc[1] = {splat(sum)};
+    store_row_tile<1>(acc, args.epilogue, row, 0, 1, args.dst + row * args.ldd);
+  }
+}
+
 // The whole region: full tiles, then the column tail, alone or with the last full tile (see
 // for_each_tile). The loop over columns is outside the loop over rows, so the B columns of a tile
 // stay in cache while every row's non-zeros stream past them.
 inline void spmm_region(const SpmmArgs& args) {
+  if (args.reassociate && args.n == 1 && args.shifts == 1) return spmv_region(args);
   if (args.shifts > 1) {
     return args.shifts == 2 ? spmm_shifted_region<2>(args) : spmm_shifted_region<3>(args);
   }

@@ -91,8 +91,10 @@ class SpmmKernelTest : public ::testing::TestWithParam<kernels::SpmmUkernel> {
 // With `shifts` > 1 the matrix is packed shifted (SparseMatrix, `lanes` the kernel's vector
 // width): B rows a whole number of vectors apart, each from a random shift below `shifts`, and
 // the slack past B that such a product may read.
+// With `offset_shift` >= 0 the product is one column, reassociated (SpmmArgs::reassociate), its
+// offsets scaled up by 2^offset_shift (SpmmArgs::offset_shift).
 void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t depth, int64_t n,
-                  double sparsity, std::mt19937& rng, int64_t shifts = 1) {
+                  double sparsity, std::mt19937& rng, int64_t shifts = 1, int offset_shift = -1) {
   const int64_t lanes = ukernel.tile / 8;
   const int64_t ldb = (n + 3 + static_cast<int64_t>(rng() % 40) + lanes - 1) / lanes * lanes;
   const int64_t c0 = static_cast<int64_t>(rng() % 3);
@@ -102,7 +104,8 @@ void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t dep
   if (rows > 2) std::fill_n(a.begin() + depth, depth, 0.0f);  // an empty row
   std::vector<int64_t> b_rows(static_cast<std::size_t>(depth));
   for (int64_t k = 0; k < depth; ++k) {
-    b_rows[static_cast<std::size_t>(k)] = k * ldb + static_cast<int64_t>(rng() % shifts);
+    b_rows[static_cast<std::size_t>(k)] = (k * ldb + static_cast<int64_t>(rng() % shifts))
+                                          << std::max(offset_shift, 0);
   }
   const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows, shifts > 1 ? lanes : 1);
   const std::vector<float> b = random_vector(depth * ldb + 2 * kernels::kSpmmMaxLanes, 1.0f, rng);
@@ -127,6 +130,8 @@ void check_region(const kernels::SpmmUkernel& ukernel, int64_t rows, int64_t dep
   args.ldd = ldd;
   args.epilogue = &e;
   args.accumulate = rng() % 2 == 0;
+  args.reassociate = offset_shift >= 0;
+  args.offset_shift = std::max(offset_shift, 0);
   std::vector<float> want(static_cast<std::size_t>(rows * ldd), kSentinel);
   if (args.accumulate) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -174,6 +179,24 @@ TEST_P(SpmmKernelTest, MatchesReferenceOnRandomRegions) {
         SCOPED_TRACE(fmt::format("{}: {} x {} at {:.0f}%, {} columns (tile {}), shifts {}",
                                  GetParam().name, rows, depth, 100 * sparsity, n, tile, shifts));
         check_region(GetParam(), rows, depth, n, sparsity, rng, shifts);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// One column, reassociated (a linear layer on one token): rows of 0 to ~300 non-zeros, so that
+// every count of partial sums and a row's tail occur, with offsets scaled or not.
+TEST_P(SpmmKernelTest, ReassociatedColumnMatchesReference) {
+  std::mt19937 rng(77);
+  for (const int offset_shift : {0, 6}) {
+    for (const double sparsity : kSparsities) {
+      for (int trial = 0; trial < 4; ++trial) {
+        const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
+        const int64_t depth = 1 + static_cast<int64_t>(rng() % 300);
+        SCOPED_TRACE(fmt::format("{}: {} x {} at {:.0f}%, offsets << {}", GetParam().name, rows,
+                                 depth, 100 * sparsity, offset_shift));
+        check_region(GetParam(), rows, depth, 1, sparsity, rng, 1, offset_shift);
         if (HasFatalFailure()) return;
       }
     }
@@ -716,6 +739,18 @@ TEST_P(SparseLinearTest, MatchesReferenceGemm) {
         kernels::sparse_linear(one_block, x.data(), ldx, tokens, begin, end, whole.data() + begin,
                                ldy, e, scratch, GetParam());
         ASSERT_EQ(0, std::memcmp(whole.data(), have.data(), have.size() * sizeof(float)));
+        // A tensor of one token sums in partial sums (SpmmArgs::reassociate): near, not the bits.
+        if (tokens == 1) {
+          for (const kernels::SparseLinear* layer : {&sparse, &one_block}) {
+            std::vector<float> single(ldy, kSentinel);
+            kernels::sparse_linear(*layer, x.data(), ldx, 1, begin, end, single.data() + begin, ldy,
+                                   e, scratch, GetParam(), {}, /*one_token_tensor=*/true);
+            for (std::size_t i = 0; i < want.size(); ++i) {
+              ASSERT_NEAR(single[i], want[i], 1e-4f * (1.0f + std::abs(want[i])))
+                  << "one-token tensor, features [" << begin << ", " << end << ") at " << i;
+            }
+          }
+        }
       }
     }
   }

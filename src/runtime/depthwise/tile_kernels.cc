@@ -198,6 +198,7 @@ class LinearTile final : public TileKernel {
              kernels::LinearLayouts layouts)
       : k_(dims_of(graph, node.input(1))[0]),
         n_(op.width),
+        one_token_tensor_(op.batch * op.rows == 1),
         layouts_(layouts),
         fused_(plan::fuse_tile_epilogue(graph, op)),
         generic_(graph, node, op, fused_.has_value()) {
@@ -226,7 +227,7 @@ class LinearTile final : public TileKernel {
     }
     if (sparse_) {
       kernels::sparse_linear(*sparse_, x, k_, tokens, 0, n_, y, n_, ep, *args.scratch,
-                             kernels::active_isa(), layouts_);
+                             kernels::active_isa(), layouts_, one_token_tensor_);
     } else {
       kernels::gemm_packed_b({tokens, n_, k_}, x, k_, *dense_, 0, y, n_, ep, *args.scratch);
     }
@@ -243,6 +244,7 @@ class LinearTile final : public TileKernel {
 
  private:
   int64_t k_, n_;
+  bool one_token_tensor_;           // the whole input is one token (kernels::sparse_linear)
   kernels::LinearLayouts layouts_;  // feature blocks only between two sparse layers
   std::optional<kernels::SparseLinear> sparse_;
   std::optional<kernels::PackedB> dense_;

@@ -500,7 +500,8 @@ class SparseLinearStep final : public FastStep {
       kernels::sparse_linear(
           weight_, x + kernels::token_feature_offset(layouts_.x, t0, 0, k), k, t1 - t0, f0,
           std::min(n, f0 + features), y + kernels::token_feature_offset(layouts_.y, t0, f0, n), n,
-          ep, ctx.scratch[static_cast<std::size_t>(thread)], kernels::active_isa(), layouts_);
+          ep, ctx.scratch[static_cast<std::size_t>(thread)], kernels::active_isa(), layouts_,
+          /*one_token_tensor=*/tokens_ == 1);
     });
     finish(ctx, epilogue_.fits);
   }
