@@ -137,7 +137,6 @@ inline Vec broadcast(const float* p) {
 #endif
 }
 inline Vec splat(float x) { return Vec{} + x; }
-
 // v with lanes `count` and above replaced by `fill`.
 inline Vec keep_first(Vec v, int64_t count, float fill) {
   IVec lane;
