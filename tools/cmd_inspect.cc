@@ -82,8 +82,10 @@ void print_layers(const Engine& engine, const InspectArgs& args) {
   }
   fmt::print("layers ({} schedule, batch {}):\n", args.schedule, args.batch);
   print_table(rows, {false, false, false, false, true, false, true, false});
-  fmt::print("total: {} layers, {} with weights ({} in a sparse format), {} of packed weights\n",
-             layers.size(), weights, sparse, bytes_string(packed));
+  fmt::print(
+      "total: {} layers, {} with weights ({} in a sparse format), {} of packed weights (generated "
+      "code included)\n",
+      layers.size(), weights, sparse, bytes_string(packed));
 }
 
 CommandAction setup(CLI::App& app) {

@@ -156,7 +156,7 @@ struct LayerInfo {
   std::vector<int64_t> weight_shape;  // empty for ops without a weight
   double weight_sparsity = 0.0;       // fraction of exact zeros in the weight
   std::string weight_format;          // "dense", "sparse-csr", ... ("" without a weight)
-  int64_t packed_bytes = 0;           // bytes of the packed weight (and bias)
+  int64_t packed_bytes = 0;           // bytes of the packed weight (and bias, and its code)
 };
 
 // One timed piece of work of a profiled run: a node (layer by layer) or a node on one tile

@@ -14,6 +14,7 @@
 #include "f32-eltwise/eltwise.h"
 #include "f32-gemm/ukernels.h"
 #include "f32-spmm/spmm.h"
+#include "f32-spmm/spmm_jit.h"
 #include "scratch.h"
 #include "sparsecol/sparsecol.h"
 
@@ -51,6 +52,9 @@ struct PackedConv::Impl {
   // channels into K-blocks where its rows are long enough (see pack_sparse; grouped: one).
   std::vector<SparseMatrix> sparse;
   Isa sparse_isa = Isa::kPortable;
+  // 1x1 kinds on AVX-512: code generated for the weight, which is then one block (see
+  // pack_sparse); null otherwise.
+  std::shared_ptr<const SpmmJit> jit;
   // kSpmmPhases (see pack_sparse) and kPhaseGemm: output rows per chunk and the length of a
   // phase row.
   int64_t chunk_rows = 0;
@@ -379,6 +383,15 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
     }
     block_c = (g.in_c + blocks - 1) / blocks;
   }
+  // A layer whose code can be generated runs in one block, packed unshifted (spmm_jit.h).
+  if (g.groups == 1 && impl.sparse_isa == Isa::kAvx512) {
+    SparseMatrix whole(weight, g.out_c, depth, depth, 1, 1, offsets);
+    impl.jit = SpmmJit::generate(whole);
+    if (impl.jit != nullptr) {
+      impl.sparse.push_back(std::move(whole));
+      return;
+    }
+  }
   for (int64_t c0 = 0; c0 < g.in_c; c0 += block_c) {
     const int64_t c1 = std::min(g.in_c, c0 + block_c);
     if (g.groups != 1) {
@@ -559,6 +572,7 @@ const char* PackedConv::weight_format() const {
 int64_t PackedConv::packed_bytes() const {
   int64_t bytes = static_cast<int64_t>(impl_->bias.size() * sizeof(float));
   for (const SparseMatrix& block : impl_->sparse) bytes += block.packed_bytes();
+  if (impl_->jit != nullptr) bytes += impl_->jit->bytes();
   if (impl_->is_sparse()) return bytes;
   if (impl_->kind == Impl::Kind::kDepthwise) {
     return bytes + static_cast<int64_t>(impl_->weight.size() * sizeof(float));
@@ -587,14 +601,15 @@ std::string PackedConv::implementation() const {
       return fmt::format("depthwise-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          to_string(active_isa()));
     case Impl::Kind::kSpmm1x1:
-      return fmt::format("spmm-1x1/{}", to_string(impl_->sparse_isa));
     case Impl::Kind::kSpmmGathered1x1:
-      return fmt::format("spmm-1x1-gathered/{}", to_string(impl_->sparse_isa));
+      return fmt::format("spmm-1x1{}{}/{}",
+                         impl_->kind == Impl::Kind::kSpmmGathered1x1 ? "-gathered" : "",
+                         impl_->jit != nullptr ? "-jit" : "", to_string(impl_->sparse_isa));
     case Impl::Kind::kSpmmPhases:
-      return fmt::format("spmm-{}x{}{}{}/{}", geometry_.kernel_h, geometry_.kernel_w,
+      return fmt::format("spmm-{}x{}{}{}{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          geometry_.stride_h == 1 && geometry_.stride_w == 1 ? "" : "-strided",
                          impl_->sparse.front().shifts() > 1 ? "-shifted" : "",
-                         to_string(impl_->sparse_isa));
+                         impl_->jit != nullptr ? "-jit" : "", to_string(impl_->sparse_isa));
   }
   return "unknown";
 }
@@ -680,9 +695,14 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
                       std::vector<float>& scratch) {
   using Kind = PackedConv::Impl::Kind;
   // The product over the K-blocks in order into `out` (ldo apart), each adding to the partial
-  // sums, `last` with the last block; B at `b`, block i's offsets from offsets_of(i).
+  // sums, `last` with the last block; B at `b`, block i's offsets from offsets_of(i). A weight
+  // with generated code (impl.jit) is one block and runs through it.
   auto product = [&](const float* b, int64_t n, float* out, int64_t ldo, const Epilogue& last,
                      auto offsets_of) {
+    if (impl.jit != nullptr) {
+      impl.jit->run(impl.sparse.front(), offsets_of(0), oc_begin, oc_end, b, n, out, ldo, last);
+      return;
+    }
     for (std::size_t i = 0; i < impl.sparse.size(); ++i) {
       spmm(impl.sparse[i], offsets_of(i), oc_begin, oc_end, b, n, out, ldo,
            i + 1 == impl.sparse.size() ? last : Epilogue{}, impl.sparse_isa, i > 0);

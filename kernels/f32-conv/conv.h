@@ -110,10 +110,10 @@ class PackedConv {
   PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
              double sparse_threshold = -1.0, Isa isa = active_isa());
   const ConvGeometry& geometry() const { return geometry_; }
-  std::string implementation() const;  // e.g. "gemm-1x1/avx512", "spmm-1x1/avx2"
+  std::string implementation() const;  // e.g. "gemm-1x1/avx512", "spmm-1x1-jit/avx512"
   double weight_sparsity() const;      // fraction of exact zeros of the weight
   const char* weight_format() const;   // "dense" or "sparse-csr"
-  int64_t packed_bytes() const;        // bytes of the packed weight and bias
+  int64_t packed_bytes() const;  // bytes of the packed weight and bias, and of its generated code
   // conv2d_region takes output channel ranges that start at a multiple of this and end at one
   // or at out_c: 1 for the sparse implementations, the GEMM's panel height for a dense GEMM of
   // one group, a vector of channels for depthwise convolutions (the channel-lane kernel's

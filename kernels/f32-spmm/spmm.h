@@ -64,6 +64,8 @@ class SparseMatrix {
   const int32_t* row_ptr() const { return row_ptr_.data(); }
   const float* values() const { return values_.data(); }
   const int32_t* offsets() const { return offsets_.data(); }
+  // The B row of each non-zero (group g's column k: g * depth() + k).
+  const int32_t* b_rows() const { return b_rows_.data(); }
   // Bytes the kernels stream: values, offsets and row pointers.
   int64_t packed_bytes() const;
   // The offsets for another layout of B (the same B rows at other element offsets), e.g. a tile

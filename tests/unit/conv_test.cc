@@ -270,29 +270,43 @@ TEST(ConvTest, PicksImplementationByGeometry) {
 // Writing over the residual is claimed where one pass writes each output after reading its
 // residual element, and nowhere else (check_rows tests every claim on every shape it runs).
 TEST(ConvTest, MayOverwriteTheResidualOnlyWhereEachOutputIsWrittenOnce) {
-  auto may = [](const ConvCase& c, double sparsity, double threshold) {
+  auto may = [](const ConvCase& c, double sparsity, double threshold,
+                kernels::Isa isa = kernels::active_isa()) {
     const ConvGeometry g = make_geometry(c);
     std::mt19937 rng(5);
     std::vector<float> w = random_vector(g.out_c * g.in_c / g.groups * c.kernel * c.kernel, 1, rng);
     for (std::size_t i = 0; i < w.size(); ++i) {
       if (static_cast<double>(i % 100) < 100 * sparsity) w[i] = 0.0f;
     }
-    return kernels::PackedConv(g, w.data(), nullptr, threshold).may_overwrite_residual();
+    return kernels::PackedConv(g, w.data(), nullptr, threshold, isa).may_overwrite_residual();
   };
   EXPECT_TRUE(may({"", 64, 32, 8, 8, 1, 1, 0, 1, 1}, 0.0, kernels::kAlwaysDense));
   EXPECT_FALSE(may({"", 4096, 16, 4, 4, 1, 1, 0, 1, 1}, 0.0, kernels::kAlwaysDense));  // K blocks
   EXPECT_FALSE(may({"", 64, 32, 8, 8, 3, 1, 1, 1, 1}, 0.0, kernels::kAlwaysDense));
   EXPECT_TRUE(may({"", 64, 32, 8, 8, 1, 1, 0, 1, 1}, 0.9, 0.5));
-  EXPECT_FALSE(may({"", 2048, 16, 8, 8, 1, 1, 0, 1, 1}, 0.5, 0.4));  // K-blocks of channels
-  EXPECT_TRUE(may({"", 64, 32, 8, 8, 3, 1, 1, 1, 1}, 0.9, 0.5));     // phase planes, scratch
-  // ResNet-50's 256 -> 1024 at 90% on 14x14 planes: 240 input channels a block would keep the
-  // 24 non-zeros a row the blocks need, more than L1 holds of 128-pixel tiles, so one block
-  // where the whole tile of B (256 x 128 floats) fits a quarter of L2 (conv.cc, pack_sparse).
-  // On a 1 MiB L2 (the machines of docs/BENCHMARKS.md) 256 channels take one block, 1024 (512
-  // KiB of B) keep theirs.
+  EXPECT_TRUE(may({"", 64, 32, 8, 8, 3, 1, 1, 1, 1}, 0.9, 0.5));  // phase planes, scratch
+  // A sparse 1x1 layer in K-blocks of channels writes its output once per block; its generated
+  // code (AVX-512, spmm_jit.h) runs it in one.
+  const bool jit = kernels::active_isa() == kernels::Isa::kAvx512;
+  EXPECT_EQ(may({"", 2048, 16, 8, 8, 1, 1, 0, 1, 1}, 0.5, 0.4), jit);
+  // Without that code, ResNet-50's 256 -> 1024 at 90% on 14x14 planes: 240 input channels a
+  // block would keep the 24 non-zeros a row the blocks need, more than L1 holds of a kernel's
+  // tile of pixels, so one block where the whole tile of B (channels x tile floats) fits a
+  // quarter of L2 (conv.cc, pack_sparse). On a 1 MiB L2 (the machines of docs/BENCHMARKS.md) and
+  // AVX2's tile of 64 pixels, both take one block.
   const int64_t quarter_l2 = kernels::core_caches().l2 / 4;
-  EXPECT_EQ(may({"", 256, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5), quarter_l2 >= 256 * 128 * 4);
-  EXPECT_EQ(may({"", 1024, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5), quarter_l2 >= 1024 * 128 * 4);
+  for (const kernels::Isa isa : {kernels::Isa::kPortable, kernels::Isa::kAvx2}) {
+    if (!kernels::isa_available(isa)) continue;
+    SCOPED_TRACE(to_string(isa));
+    const int64_t tile = kernels::default_spmm_ukernel(isa).tile;
+    EXPECT_FALSE(may({"", 2048, 16, 8, 8, 1, 1, 0, 1, 1}, 0.5, 0.4, isa));
+    EXPECT_EQ(may({"", 256, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5, isa),
+              quarter_l2 >= 256 * tile * 4);
+    EXPECT_EQ(may({"", 1024, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5, isa),
+              quarter_l2 >= 1024 * tile * 4);
+  }
+  EXPECT_EQ(may({"", 1024, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5),
+            jit || quarter_l2 >= 1024 * 128 * 4);
 }
 
 TEST(ConvTest, RefusesInvalidGeometry) {

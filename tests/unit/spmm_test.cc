@@ -20,6 +20,7 @@
 #include "f32-conv/conv.h"
 #include "f32-gemm/gemm.h"
 #include "f32-spmm/spmm.h"
+#include "f32-spmm/spmm_jit.h"
 #include "per_isa_test.h"
 #include "sparsecol/sparsecol.h"
 
@@ -296,6 +297,83 @@ INSTANTIATE_TEST_SUITE_P(EveryKernel, SpmmKernelTest,
                            return std::string(info.param.name);
                          });
 
+// Code generated for a weight (spmm_jit.h) against the spmm kernel of this machine: the same
+// bits, and nothing written outside the region, over random shapes of 12 rows (at 80%, the
+// fewest for which there is code) to 3 blocks and a part, 0-80% sparsity, every epilogue the code
+// takes (and GELU or a column bias, which fall back to the kernel), row ranges that start and end
+// inside blocks, column tails, and B rows at a random stride read through the packed offsets or
+// through offsets re-mapped to another.
+TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
+  if (kernels::active_isa() != kernels::Isa::kAvx512) {
+    GTEST_SKIP() << "generated code needs AVX-512: " << kernels::isa_reason();
+  }
+  std::mt19937 rng(31);
+  for (const double sparsity : {0.0, 0.5, 0.8}) {
+    for (int trial = 0; trial < 12; ++trial) {
+      const int64_t rows = 12 + static_cast<int64_t>(rng() % (3 * kernels::kSpmmJitRows));
+      const int64_t depth = 1 + static_cast<int64_t>(rng() % 300);
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 400);  // <= 64: through the kernel
+      SCOPED_TRACE(fmt::format("{} x {} at {:.0f}%, {} columns", rows, depth, 100 * sparsity, n));
+      std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
+      prune(a, sparsity, rng);
+      if (rows > 2) std::fill_n(a.begin() + depth, depth, 0.0f);  // an empty row
+      // Packed for B rows `packed_ld` apart, run on B rows `ld` apart half the time.
+      const int64_t packed_ld = n + static_cast<int64_t>(rng() % 20);
+      const int64_t ld = rng() % 2 == 0 ? packed_ld : n + static_cast<int64_t>(rng() % 40);
+      std::vector<int64_t> packed_rows(depth), b_rows(depth);
+      for (int64_t k = 0; k < depth; ++k) {
+        packed_rows[static_cast<std::size_t>(k)] = k * packed_ld;
+        b_rows[static_cast<std::size_t>(k)] = k * ld;
+      }
+      const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, packed_rows);
+      const auto jit = kernels::SpmmJit::generate(m);
+      ASSERT_NE(jit, nullptr);
+      std::vector<int32_t> remapped;
+      m.offsets_for(b_rows, remapped);
+      const int32_t* offsets = ld == packed_ld ? m.offsets() : remapped.data();
+      const std::vector<float> b = random_vector(depth * ld, 1.0f, rng);
+
+      const int64_t r0 = static_cast<int64_t>(rng() % rows);
+      const int64_t r1 = r0 + 1 + static_cast<int64_t>(rng() % (rows - r0));
+      const int64_t ldd = n + 3;
+      EpilogueData ed = random_epilogue(rows, n, ldd, rng);
+      if (rng() % 4 != 0) {  // mostly an epilogue the code takes
+        ed.epilogue.col_bias = nullptr;
+        for (Activation* act : {&ed.epilogue.pre_residual, &ed.epilogue.post_residual}) {
+          if (*act == Activation::kGelu) *act = Activation::kRelu;
+        }
+      }
+      Epilogue e = ed.epilogue;
+      if (e.row_bias != nullptr) e.row_bias += r0;
+      if (e.residual != nullptr) e.residual += r0 * e.residual_ld;
+      std::vector<float> want(static_cast<std::size_t>(rows * ldd), kSentinel), have = want;
+      kernels::spmm(m, offsets, r0, r1, b.data(), n, want.data() + r0 * ldd, ldd, e);
+      jit->run(m, offsets, r0, r1, b.data(), n, have.data() + r0 * ldd, ldd, e);
+      ASSERT_EQ(have, want) << "rows [" << r0 << ", " << r1 << "), B rows " << ld << " apart";
+    }
+  }
+}
+
+// Where the code would not pay (sparser than SpmmJit::kMinNonZerosPerLoad allows) or cannot
+// run the packing (shift groups), there is none.
+TEST(SpmmJitTest, GeneratesNothingWhereItWouldNotPayOrCannotRun) {
+  std::mt19937 rng(8);
+  const int64_t rows = 64, depth = 200;
+  std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
+  std::vector<int64_t> b_rows(depth);
+  for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * 64 + k % 3;
+  const bool avx512 = kernels::active_isa() == kernels::Isa::kAvx512;
+  EXPECT_EQ(kernels::SpmmJit::generate(SparseMatrix(a.data(), rows, depth, depth, 1, 1, b_rows)) !=
+                nullptr,
+            avx512);
+  EXPECT_EQ(kernels::SpmmJit::generate(
+                SparseMatrix(a.data(), rows, depth, depth, 1, 1, b_rows, kernels::kSpmmMaxLanes)),
+            nullptr);
+  prune(a, 0.97, rng);  // 28 rows x 3% = 0.84 non-zeros per B row and block
+  EXPECT_EQ(kernels::SpmmJit::generate(SparseMatrix(a.data(), rows, depth, depth, 1, 1, b_rows)),
+            nullptr);
+}
+
 TEST(SparseMatrixTest, PacksNonZerosInColumnOrderWithTheirOffsets) {
   // Two groups of two rows over depth 3: group 1's column k is B row 3 + k.
   const std::vector<float> a = {0,     2, 0,  //
@@ -519,7 +597,9 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), 0.0, isa);
       ASSERT_STREQ(conv.weight_format(), "sparse-csr");
       ASSERT_EQ(conv.channel_granule(), 1);
-      if (std::string_view(c.name).ends_with("_shifted")) {
+      // Where the code is generated for the weight (AVX-512, spmm_jit.h) nothing is shifted.
+      const bool jit = conv.implementation().find("-jit") != std::string::npos;
+      if (std::string_view(c.name).ends_with("_shifted") && !jit) {
         ASSERT_NE(conv.implementation().find("-shifted"), std::string::npos)
             << conv.implementation();
       }
@@ -617,22 +697,28 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
   const kernels::ConvGeometry gs = make_geometry({"", 16, 16, 8, 8, 3, 2, 1, 1, 1});
   const kernels::ConvGeometry gd = make_geometry({"", 16, 16, 8, 8, 3, 1, 1, 1, 16});
   std::vector<float> w = random_vector(16 * 16 * 9, 1.0f, rng);
-  std::fill_n(w.begin(), w.size() * 85 / 100, 0.0f);  // 85% zeros
+  // 85% zeros, unstructured: every 16-row layer then has 2.4 non-zeros per B row on average,
+  // enough for generated code (SpmmJit::kMinNonZerosPerLoad).
+  prune(w, 0.85, rng);
   auto impl = [&](const kernels::ConvGeometry& g, double threshold) {
     return kernels::PackedConv(g, w.data(), nullptr, threshold).implementation();
   };
   const std::string isa = to_string(kernels::active_isa());
-  EXPECT_EQ(impl(g1, 0.8), "spmm-1x1/" + isa);
-  EXPECT_EQ(impl(g3, 0.8), "spmm-3x3/" + isa);
-  EXPECT_EQ(impl(gs, 0.8), "spmm-3x3-strided/" + isa);
+  // On AVX-512 a sparse layer runs in code generated for its weight (spmm_jit.h).
+  const std::string jit = kernels::active_isa() == kernels::Isa::kAvx512 ? "-jit" : "";
+  EXPECT_EQ(impl(g1, 0.8), "spmm-1x1" + jit + "/" + isa);
+  EXPECT_EQ(impl(g3, 0.8), "spmm-3x3" + jit + "/" + isa);
+  EXPECT_EQ(impl(gs, 0.8), "spmm-3x3-strided" + jit + "/" + isa);
   const kernels::ConvGeometry g1s = make_geometry({"", 16, 16, 8, 8, 1, 2, 0, 1, 1});
-  EXPECT_EQ(impl(g1s, 0.8), "spmm-1x1-gathered/" + isa);
+  EXPECT_EQ(impl(g1s, 0.8), "spmm-1x1-gathered" + jit + "/" + isa);
   EXPECT_EQ(impl(g3, 0.9).rfind("implicit-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl(g3, kernels::kAlwaysDense).rfind("implicit-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl(gd, 0.0).rfind("depthwise-3x3/", 0), 0u);  // depthwise stays dense
-  const kernels::PackedConv sparse(g3, w.data(), nullptr, 0.8);
+  // The packing alone (generated code, on AVX-512, takes more than the weight: spmm_jit.h).
+  const kernels::PackedConv sparse(g3, w.data(), nullptr, 0.8,
+                                   std::min(kernels::active_isa(), kernels::Isa::kAvx2));
   const kernels::PackedConv dense(g3, w.data(), nullptr, kernels::kAlwaysDense);
-  EXPECT_NEAR(sparse.weight_sparsity(), 0.85, 0.01);
+  EXPECT_NEAR(sparse.weight_sparsity(), 0.85, 0.03);
   EXPECT_STREQ(dense.weight_format(), "dense");
   EXPECT_LT(sparse.packed_bytes(), dense.packed_bytes() / 3);
   // A dense GEMM computes whole panels of channels; a depthwise convolution whole vectors of

@@ -1,0 +1,76 @@
+// Sparse x dense products in code generated per weight at load time (AVX-512, x86-64).
+//
+// Why: the spmm micro-kernel (spmm_impl.h) holds one output row x 8 vectors of columns in
+// registers and loads, for every non-zero, that non-zero's B row: 512 bytes. Where a tile of B
+// outgrows L1 (a 1x1 layer deeper than 64 channels at 128 columns), those loads come from L2,
+// whose bandwidth bounds the kernel (docs/BENCHMARKS.md, the thirty-second session). The
+// generated code turns the loop inside out: it holds kSpmmJitRows output rows x one vector of
+// columns in registers, walks the block's non-zeros by B row, loads each B row once per block
+// and FMAs it into the accumulator of every row that has a non-zero there. A register cannot be
+// chosen at run time, so which accumulator each non-zero feeds is baked into the code, as are
+// the non-zeros' places in the weight's values: the code is straight-line, one FMA per non-zero,
+// without a branch. B for one vector of columns (64 bytes a row) stays in L1 for every block.
+//
+// Each output element still sums its row's non-zeros in increasing column order, one FMA after
+// another from zero: the bits are the spmm kernels' (and a product split between the two, by
+// rows or columns, gives the same bits as either).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "epilogue.h"
+#include "f32-spmm/spmm.h"
+
+namespace sparsecol::kernels {
+
+// Output rows per generated block: accumulators zmm0-27; zmm28-30 hold 0, clip_min and clip_max,
+// zmm31 the B row.
+inline constexpr int64_t kSpmmJitRows = 28;
+
+class SpmmJit {
+ public:
+  // Code for `a` (packed unshifted, one group), or null where it would not pay (fewer than
+  // kMinNonZerosPerLoad non-zeros per B row and block, or code larger than the core's L2), where
+  // this process cannot run AVX-512 (active_isa(), so SPARSECOL_MAX_ISA turns it off too), or
+  // where the system refuses executable memory.
+  static std::shared_ptr<const SpmmJit> generate(const SparseMatrix& a);
+
+  SpmmJit(const SpmmJit&) = delete;
+  SpmmJit& operator=(const SpmmJit&) = delete;
+  ~SpmmJit();
+
+  // The code and the data it reads: the values in its order, the B row offsets.
+  int64_t bytes() const {
+    return static_cast<int64_t>(code_bytes_ + values_.size() * sizeof(float) +
+                                b_row_bytes_.size() * sizeof(int64_t));
+  }
+
+  // Whether the generated code applies this epilogue (every part but GELU and a column bias).
+  static bool handles(const Epilogue& epilogue);
+
+  // spmm(a, offsets, row_begin, row_end, src, n, dst, ldd, epilogue) without accumulate: `a` is
+  // the matrix the code was generated for and `offsets` its offsets (a.offsets()) or a
+  // re-mapping for another layout of B (SparseMatrix::offsets_for). Rows outside whole blocks of
+  // kSpmmJitRows, and an epilogue the code does not handle, run through the spmm kernel: the
+  // same bits. Single-threaded.
+  void run(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
+           const float* src, int64_t n, float* dst, int64_t ldd, const Epilogue& epilogue) const;
+
+  // The fewest non-zeros per B row and block, on average, for which generate() makes code.
+  static constexpr double kMinNonZerosPerLoad = 2.0;
+
+ private:
+  SpmmJit() = default;
+
+  void* code_ = nullptr;
+  std::size_t size_ = 0;  // mapped: whole pages
+  std::size_t code_bytes_ = 0;
+  int64_t rows_ = 0;
+  std::vector<std::size_t> block_entry_;  // byte offset of each block's function in code_
+  std::vector<float> values_;             // the non-zeros in the order the code reads them
+  std::vector<int64_t> b_row_bytes_;      // each B row's byte offset in the packed-for layout
+};
+
+}  // namespace sparsecol::kernels
