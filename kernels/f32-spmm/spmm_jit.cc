@@ -277,19 +277,12 @@ void b_row_bytes_of(const SparseMatrix& a, const int32_t* offsets, std::vector<i
 }
 
 // Columns per chunk: each block's code runs over a chunk's tiles one after another, so that it
-// is fetched from L2 or L3 once per chunk, not once per tile, and each row's stores run 1 KiB
-// on. Against tiles outside blocks (ResNet-50's 1x1 layers, bench/spmm_bench.cc, one thread,
-// Zen 4): the 7x7 layers 1.1-1.4x faster (their code, 0.7-2.6 MiB, no longer streams from L3 per
-// tile), 64 -> 256 at 95% (3.2 non-zeros a row, where the product is bound by its stores) 1.1x;
-// 64 to 512 columns were within noise of each other.
+// is fetched once per chunk, not once per tile, and each row's stores run 1 KiB on. Against
+// tiles outside blocks (ResNet-50's layers, bench/spmm_bench.cc, one thread, Zen 4): the 1x1
+// layers 1.0-1.4x faster (those with the most code the most), 64 -> 256 at 95% (3.2 non-zeros a
+// row, bound by its stores) 1.1x, the 3x3 256 at 90% 365-377 against 394-438 us; chunks sized
+// to keep their B within a quarter of L2 (48 columns for that layer) ran 426-471 us.
 constexpr int64_t kChunkColumns = 256;
-// A call on this many columns or fewer (4 vectors: a 7x7 image) runs through the spmm kernel:
-// each block's code would serve at most 4 tiles, and a layer's code, fetched cold once per call,
-// costs more than the kernel's stream of non-zeros. MobileNetV2 80% at batch 1 (one thread, Zen
-// 4, three alternated rounds): depth-wise 4.24-4.34 ms with this, 4.37-4.49 without. At batch
-// 16 it cost depth-wise 51.7-53.0 against 49.8-50.5 ms (its columns run one image at a time and
-// keep their code warm), layer by layer (whose 7x7 layers stack their images) nothing.
-constexpr int64_t kKernelColumns = 64;
 
 }  // namespace
 
@@ -351,7 +344,7 @@ void SpmmJit::run(const SparseMatrix& a, const int32_t* offsets, int64_t row_beg
   const auto blocks = static_cast<int64_t>(block_entry_.size());
   const int64_t first = (row_begin + kSpmmJitRows - 1) / kSpmmJitRows;
   const int64_t last = row_end == rows_ ? blocks : row_end / kSpmmJitRows;
-  if (!handles(epilogue) || first >= last || n <= kKernelColumns) {
+  if (!handles(epilogue) || first >= last) {
     spmm(a, offsets, row_begin, row_end, src, n, dst, ldd, epilogue);
     return;
   }

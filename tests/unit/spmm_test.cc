@@ -312,7 +312,7 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
     for (int trial = 0; trial < 12; ++trial) {
       const int64_t rows = 12 + static_cast<int64_t>(rng() % (3 * kernels::kSpmmJitRows));
       const int64_t depth = 1 + static_cast<int64_t>(rng() % 300);
-      const int64_t n = 1 + static_cast<int64_t>(rng() % 400);  // <= 64: through the kernel
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 400);
       SCOPED_TRACE(fmt::format("{} x {} at {:.0f}%, {} columns", rows, depth, 100 * sparsity, n));
       std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
       prune(a, sparsity, rng);
