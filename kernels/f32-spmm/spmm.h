@@ -198,6 +198,8 @@ struct SpmmUkernel {
 // on 28x28 planes run their chunks of 6 rows (192 columns) as one tile of 12 vectors instead
 // of 8 + 4, whose 4 accumulators left the FMAs waiting on their latency: 1.07-1.1x faster at
 // 90% and 95% (bench/spmm_bench.cc, one thread, alternated runs).
+// On AVX-512 most pruned convolutions run instead in code generated for their weight, which takes
+// each B row once for 28 output rows (spmm_jit.h); these kernels take what it leaves.
 #define SPARSECOL_F32_SPMM_UKERNELS(X)         \
   X(f32_spmm_128x1__avx512, Isa::kAvx512, 128) \
   X(f32_spmm_64x1__avx2, Isa::kAvx2, 64)       \

@@ -20,7 +20,7 @@ namespace {
 // the code.
 struct JitCall {
   const float* src;            // column 0 of this tile in B row 0's frame
-  const float* values;         // the matrix's values (the code holds each non-zero's index)
+  const float* values;         // the non-zeros in the order the code reads them
   const int64_t* b_row_bytes;  // B row k starts b_row_bytes[k] bytes after src
   float* dst;                  // the block's first row, this tile's column 0
   int64_t ldd_bytes;
