@@ -52,8 +52,8 @@ struct PackedConv::Impl {
   // channels into K-blocks where its rows are long enough (see pack_sparse; grouped: one).
   std::vector<SparseMatrix> sparse;
   Isa sparse_isa = Isa::kPortable;
-  // 1x1 kinds on AVX-512: code generated for the weight, which is then one block (see
-  // pack_sparse); null otherwise.
+  // Sparse kinds on AVX-512: code generated for the weight, which is then one block packed
+  // unshifted (see pack_sparse); null where none was made.
   std::shared_ptr<const SpmmJit> jit;
   // kSpmmPhases (see pack_sparse) and kPhaseGemm: output rows per chunk and the length of a
   // phase row.
