@@ -131,8 +131,9 @@ class Assembler {
     std::memcpy(b, &v, 4);
     code.insert(code.end(), b, b + 4);
   }
-  // ModRM, SIB and a 32-bit displacement (never EVEX's scaled 8-bit one) for `reg` and m. Bases
-  // rsp/r12 (which need a SIB of their own) and rbp/r13 are not used.
+  // ModRM, SIB and displacement for `reg` and m: none for 0, 8 bits where m asks for them
+  // (divided by disp8_scale), else 32 bits. Bases rsp/r12 (which need a SIB of their own) and
+  // rbp/r13 (whose mod 0 means something else) are not used.
   void modrm_mem(int reg, const Mem& m) {
     const int mod = m.disp == 0 ? 0 : m.disp8_scale > 0 ? 1 : 2;
     if (m.index >= 0) {
