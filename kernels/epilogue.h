@@ -21,4 +21,16 @@ struct Epilogue {
   float clip_min = 0.0f, clip_max = 0.0f;        // bounds of kClip (either position)
 };
 
+// Points `tile`'s pointers at the tile at (row, col) of `e`, field by field. Why not a fresh
+// copy per tile: the micro-kernel reads the struct right after it is written, and GCC copies it
+// with 16-byte moves, one of which reads back what two 8-byte stores just wrote; store-to-load
+// forwarding cannot serve that, and every tile stalled. perf on MobileNetV2 at batch 16 (Zen 3,
+// cpu-clock) put 65% of the driver's samples on two instructions after those loads, the driver
+// at 8.3% of the run (1.25% now); the model ran 1.04x (batch 16) and 1.05x (batch 1) faster.
+inline void move_epilogue_to(const Epilogue& e, int64_t row, int64_t col, Epilogue& tile) {
+  if (e.row_bias != nullptr) tile.row_bias = e.row_bias + row;
+  if (e.col_bias != nullptr) tile.col_bias = e.col_bias + col;
+  if (e.residual != nullptr) tile.residual = e.residual + row * e.residual_ld + col;
+}
+
 }  // namespace sparsecol::kernels

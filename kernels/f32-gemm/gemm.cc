@@ -114,18 +114,6 @@ constexpr GemmUkernel kUkernels[] = {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Points `tile`'s pointers at the tile at (row, col) of `e`, field by field. Why not a fresh
-// copy per tile: the micro-kernel reads the struct right after it is written, and GCC copies it
-// with 16-byte moves, one of which reads back what two 8-byte stores just wrote; store-to-load
-// forwarding cannot serve that, and every tile stalled. perf on MobileNetV2 at batch 16 (Zen 3,
-// cpu-clock) put 65% of the driver's samples on two instructions after those loads, the driver
-// at 8.3% of the run (1.25% now); the model ran 1.04x (batch 16) and 1.05x (batch 1) faster.
-void move_epilogue_to(const Epilogue& e, int64_t row, int64_t col, Epilogue& tile) {
-  if (e.row_bias != nullptr) tile.row_bias = e.row_bias + row;
-  if (e.col_bias != nullptr) tile.col_bias = e.col_bias + col;
-  if (e.residual != nullptr) tile.residual = e.residual + row * e.residual_ld + col;
-}
-
 // Asks for lines [first, end) from `p` in L2. A weight's panels come from memory at batch 1 (a
 // model's weights outgrow L3) and each is a short sequential run, 32 KiB or more from the last,
 // so the hardware prefetchers restart on every panel; the drivers ask for the next panel while

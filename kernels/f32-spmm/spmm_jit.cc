@@ -260,14 +260,6 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
   as.vzeroupper_ret();
 }
 
-// The epilogue's pointers `rows` rows further on.
-Epilogue rows_later(const Epilogue& e, int64_t rows) {
-  Epilogue later = e;
-  if (later.row_bias != nullptr) later.row_bias += rows;
-  if (later.residual != nullptr) later.residual += rows * later.residual_ld;
-  return later;
-}
-
 // The byte offset of each B row that has a non-zero, from the non-zeros' offsets.
 void b_row_bytes_of(const SparseMatrix& a, const int32_t* offsets, std::vector<int64_t>& bytes) {
   bytes.assign(static_cast<std::size_t>(a.groups() * a.depth()), 0);
@@ -353,7 +345,9 @@ void SpmmJit::run(const SparseMatrix& a, const int32_t* offsets, int64_t row_beg
   if (row_begin < jit_begin) spmm(a, offsets, row_begin, jit_begin, src, n, dst, ldd, epilogue);
   if (jit_end < row_end) {
     const int64_t skip = jit_end - row_begin;
-    spmm(a, offsets, jit_end, row_end, src, n, dst + skip * ldd, ldd, rows_later(epilogue, skip));
+    Epilogue later = epilogue;
+    move_epilogue_to(epilogue, skip, 0, later);
+    spmm(a, offsets, jit_end, row_end, src, n, dst + skip * ldd, ldd, later);
   }
 
   const int64_t* b_row_bytes = b_row_bytes_.data();
