@@ -4,6 +4,8 @@
 // a multiple of any vector width, every epilogue, row and column sub-regions with strides.
 // Every kernel of the list runs; one this machine cannot run is skipped with the reason.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -350,6 +353,91 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
       kernels::spmm(m, offsets, r0, r1, b.data(), n, want.data() + r0 * ldd, ldd, e);
       jit->run(m, offsets, r0, r1, b.data(), n, have.data() + r0 * ldd, ldd, e);
       ASSERT_EQ(have, want) << "rows [" << r0 << ", " << r1 << "), B rows " << ld << " apart";
+    }
+  }
+}
+
+// Floats placed against a page that nothing may read or write, just before the first one or
+// just after the last: a load or store one element outside them faults. ASan does not see into
+// the generated code; this does, for accesses that leave the arrays they were given.
+class GuardedFloats {
+ public:
+  enum class Guard { kBefore, kAfter };
+  GuardedFloats(const std::vector<float>& init, Guard guard) : count_(init.size()) {
+    const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t bytes = (count_ * sizeof(float) + page - 1) / page * page;
+    mapped_ = bytes + 2 * page;
+    void* base = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<char*>(base);
+    if (mprotect(base_, page, PROT_NONE) != 0 ||
+        mprotect(base_ + page + bytes, page, PROT_NONE) != 0) {
+      munmap(base_, mapped_);
+      throw std::runtime_error("mprotect failed");
+    }
+    char* first = guard == Guard::kBefore ? base_ + page : base_ + page + bytes - count_ * 4;
+    data_ = reinterpret_cast<float*>(first);
+    std::copy(init.begin(), init.end(), data_);
+  }
+  GuardedFloats(const GuardedFloats&) = delete;
+  GuardedFloats& operator=(const GuardedFloats&) = delete;
+  ~GuardedFloats() { munmap(base_, mapped_); }
+  float* data() { return data_; }
+  std::vector<float> values() const { return {data_, data_ + count_}; }
+
+ private:
+  std::size_t count_, mapped_ = 0;
+  char* base_ = nullptr;
+  float* data_ = nullptr;
+};
+
+// B, the output region, the residual and the row bias each exactly as large as the product
+// reads or writes them (B rows and output rows n apart, so that the last column of the last row
+// ends the array), with no-access pages around them: the code (and the kernel it hands rows
+// to) runs without a fault and gives the kernel's bits. Column tails (n not a multiple of 16)
+// are where a load or store without its mask would cross into the page after.
+TEST(SpmmJitTest, TouchesNothingOutsideItsArrays) {
+  if (kernels::active_isa() != kernels::Isa::kAvx512) {
+    GTEST_SKIP() << "generated code needs AVX-512: " << kernels::isa_reason();
+  }
+  using Guard = GuardedFloats::Guard;
+  std::mt19937 rng(57);
+  for (int trial = 0; trial < 16; ++trial) {
+    const int64_t rows = kernels::kSpmmJitRows * (1 + static_cast<int64_t>(rng() % 3)) +
+                         static_cast<int64_t>(rng() % 5);
+    const int64_t depth = 8 + static_cast<int64_t>(rng() % 200);
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 300);
+    SCOPED_TRACE(fmt::format("{} x {}, {} columns", rows, depth, n));
+    std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
+    prune(a, 0.7, rng);
+    std::vector<int64_t> b_rows(static_cast<std::size_t>(depth));
+    for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * n;
+    const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
+    const auto jit = kernels::SpmmJit::generate(m);
+    ASSERT_NE(jit, nullptr);
+    const int64_t r0 = static_cast<int64_t>(rng() % 3);
+    const int64_t r1 = rows - static_cast<int64_t>(rng() % 3);
+    const std::vector<float> b = random_vector(depth * n, 1.0f, rng);
+    const std::vector<float> row_bias = random_vector(r1 - r0, 0.5f, rng);
+    const std::vector<float> residual = random_vector((r1 - r0) * n, 1.0f, rng);
+    Epilogue e;
+    e.row_bias = row_bias.data();
+    e.residual = residual.data();
+    e.residual_ld = n;
+    e.pre_residual = Activation::kClip;
+    e.post_residual = Activation::kRelu;
+    e.clip_min = -0.25f;
+    e.clip_max = 0.5f;
+    std::vector<float> want(static_cast<std::size_t>((r1 - r0) * n));
+    kernels::spmm(m, m.offsets(), r0, r1, b.data(), n, want.data(), n, e);
+    for (const Guard guard : {Guard::kBefore, Guard::kAfter}) {
+      GuardedFloats guarded_b(b, guard), guarded_bias(row_bias, guard),
+          guarded_residual(residual, guard), dst(std::vector<float>(want.size(), kSentinel), guard);
+      Epilogue g = e;
+      g.row_bias = guarded_bias.data();
+      g.residual = guarded_residual.data();
+      jit->run(m, m.offsets(), r0, r1, guarded_b.data(), n, dst.data(), n, g);
+      EXPECT_EQ(dst.values(), want) << (guard == Guard::kBefore ? "guard before" : "guard after");
     }
   }
 }
