@@ -375,7 +375,8 @@ class GuardedFloats {
       munmap(base_, mapped_);
       throw std::runtime_error("mprotect failed");
     }
-    char* first = guard == Guard::kBefore ? base_ + page : base_ + page + bytes - count_ * 4;
+    char* first =
+        guard == Guard::kBefore ? base_ + page : base_ + page + bytes - count_ * sizeof(float);
     data_ = reinterpret_cast<float*>(first);
     std::copy(init.begin(), init.end(), data_);
   }
