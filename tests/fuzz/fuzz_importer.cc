@@ -1,7 +1,7 @@
 // libFuzzer target: arbitrary bytes as an ONNX model, through what Engine::load and
 // Session::run do: import (protobuf parse, checker, shape inference), the load-time passes, and,
 // when the model imports, specialization to small input shapes and a run with the layer-wise,
-// depth-wise and reference executors on deterministic inputs. The only exception allowed out of any
+// depth-wise, reference and oneDNN executors on deterministic inputs. The only exception allowed out of any
 // step is sparsecol::Error; anything else (another exception, a sanitizer report, a signal) is a
 // bug.
 //
@@ -120,6 +120,7 @@ void import_optimize_run(const uint8_t* data, std::size_t size) {
   attempt([&] { return sparsecol::runtime::make_layerwise_executor(specialized, 1, options); });
   attempt([&] { return sparsecol::runtime::make_depthwise_executor(specialized, 1, options); });
   attempt([&] { return sparsecol::runtime::make_reference_executor(specialized); });
+  attempt([&] { return sparsecol::runtime::make_onednn_executor(specialized, 1); });
 }
 
 }  // namespace
