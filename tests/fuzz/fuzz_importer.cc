@@ -1,9 +1,9 @@
 // libFuzzer target: arbitrary bytes as an ONNX model, through what Engine::load and
 // Session::run do: import (protobuf parse, checker, shape inference), the load-time passes, and,
 // when the model imports, specialization to small input shapes and a run with the layer-wise,
-// depth-wise, reference and oneDNN executors on deterministic inputs. The only exception allowed out of any
-// step is sparsecol::Error; anything else (another exception, a sanitizer report, a signal) is a
-// bug.
+// depth-wise, reference and oneDNN executors on deterministic inputs. The only exception allowed
+// out of any step is sparsecol::Error; anything else (another exception, a sanitizer report, a
+// signal) is a bug.
 //
 // Built only with -DSPARSECOL_FUZZ=ON (clang, see tests/CMakeLists.txt); .ci/run fuzzes it for
 // a bounded time from a corpus written by sparsecol_fuzz_corpus.
