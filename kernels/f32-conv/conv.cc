@@ -254,6 +254,8 @@ int64_t phase_row_overlap(const ConvGeometry& g) {
 // 32-byte boundary cost what an aligned one does and one from elsewhere 1.58x (a standalone loop
 // of 4 FMAs per broadcast, B in L1, the thirty-third session); on a core that loads 512 bits at
 // once half of such loads straddle two lines, against 15 of 16 unaligned.
+// AVX2 pads the rows the same way but packs unshifted (lanes 1; sparse_phases_shifted in
+// conv.h).
 struct PhasePitch {
   int64_t pitch, lanes;
 };
@@ -263,7 +265,9 @@ PhasePitch sparse_phase_pitch(const ConvGeometry& g, Isa isa) {
   if (phase_reach_columns(g) < kMaxSpmmShifts) {
     for (const int64_t granule : {lanes, lanes / 2}) {
       const int64_t padded = (closest + granule - 1) / granule * granule;
-      if (granule > 1 && 8 * padded <= 9 * closest) return {padded, granule};
+      if (granule > 1 && 8 * padded <= 9 * closest) {
+        return {padded, sparse_phases_shifted(isa) ? granule : 1};
+      }
     }
   }
   return {closest, 1};
@@ -617,6 +621,8 @@ std::string PackedConv::implementation() const {
 bool runs_on_phase_planes(const ConvGeometry& g) {
   return !is_depthwise(g) && !is_pointwise(g) && g.in_c < kMinTapChannels;
 }
+
+bool sparse_phases_shifted(Isa isa) { return isa != Isa::kAvx2; }
 
 bool gathers_strided_pointwise(const ConvGeometry& g) {
   return g.kernel_h == 1 && g.kernel_w == 1 && (g.stride_h > 1 || g.stride_w > 1) &&

@@ -66,6 +66,17 @@ void conv_input_rows(const ConvGeometry& g, int64_t oh_begin, int64_t oh_end, in
 // Scratch: in_c x out_h x out_w floats, of which a call touches its own rows.
 bool gathers_strided_pointwise(const ConvGeometry& g);
 
+// Whether the sparse phase lowering at `isa` packs shifted where its rows pad to the vector
+// (f32-spmm/spmm.h, SparseMatrix), or reads the taps' shifted B rows in unaligned loads. AVX2
+// does not: its 16 registers hold a shifted tile of 4 vectors (4 accumulators, the 5 sums of a
+// shift group and a broadcast) against 8 unshifted, and a 32-byte load at a 1- or 2-float shift
+// straddles two cache lines half as often as a 64-byte one. ResNet-50's 3x3 layers on AVX2
+// (Zen 3, bench/spmm_bench.cc, one thread, four alternated rounds, ratios to the dense kernel
+// of the same run): the stride-1 ones 1.1-1.4x faster unshifted at 90% and 95%, the stride-2
+// ones 1.1-1.4x. The portable path's shifted tiles, of the same 4 vectors, ran its 14x14 and 7x7
+// layers 1.5-2x faster than unshifted (its 16-byte loads cost more unaligned): it keeps them.
+bool sparse_phases_shifted(Isa isa);
+
 // A dense convolution with too few input channels for the implicit GEMM (fewer than 16: the
 // stems of ResNet-50 and MobileNetV2, 3 channels) and not 1x1 or depthwise. It runs the GEMM over
 // zero-padded planes of a chunk of its input rows split by stride phase, each B row (channel,
