@@ -5,7 +5,8 @@
 // done) and dense-equivalent FLOP/s (2 per multiply-add of the dense layer: the speed a dense
 // kernel would need to match). The label names the implementation. Ratios: run with
 // --benchmark_format=json and compare the "dense" entry of a shape with its sparse ones (same
-// process, same run).
+// process, same run). The convolutions at 90% and 95% also run as ".../16_images/..." (16 images
+// in turn, as a layer-by-layer step at batch 16 runs them: B then comes from the L3 or memory).
 //   build/bench/sparsecol_bench --benchmark_filter=spmm
 #include <benchmark/benchmark.h>
 
@@ -83,7 +84,7 @@ void set_counters(benchmark::State& state, double dense_flops, double sparsity) 
 }
 
 // sparsity < 0: the dense implementation on an unpruned weight.
-void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity) {
+void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity, int64_t images) {
   ConvGeometry g;
   g.in_c = layer.in_c;
   g.out_c = layer.out_c;
@@ -94,22 +95,26 @@ void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity
   g.out_h = g.out_w = (layer.in_hw + 2 * g.pad_top - layer.kernel) / layer.stride + 1;
   std::mt19937 rng(1);
   const int64_t depth = g.in_c * g.kernel_h * g.kernel_w;
-  const Floats src = random_floats(g.in_c * g.in_h * g.in_w, rng);
+  const int64_t in_image = g.in_c * g.in_h * g.in_w, out_image = g.out_c * g.out_h * g.out_w;
+  const Floats src = random_floats(images * in_image, rng);
   Floats weight = random_floats(g.out_c * depth, rng);
   if (sparsity > 0.0) prune(weight, sparsity, rng);
   const Floats bias = random_floats(g.out_c, rng);
-  Floats dst(static_cast<std::size_t>(g.out_c * g.out_h * g.out_w));
+  Floats dst(static_cast<std::size_t>(images * out_image));
   const PackedConv conv(g, weight.data(), bias.data(), sparsity < 0.0 ? kAlwaysDense : 0.0);
   Epilogue epilogue;
   epilogue.post_residual = Activation::kRelu;
   std::vector<float> scratch;
   for (auto _ : state) {
-    conv2d_rows(conv, {const_cast<float*>(src.data()), 0, g.in_h * g.in_w},
-                {dst.data(), 0, g.out_h * g.out_w}, 0, g.out_h, epilogue, nullptr, scratch);
+    for (int64_t n = 0; n < images; ++n) {
+      conv2d_rows(conv, {const_cast<float*>(src.data()) + n * in_image, 0, g.in_h * g.in_w},
+                  {dst.data() + n * out_image, 0, g.out_h * g.out_w}, 0, g.out_h, epilogue, nullptr,
+                  scratch);
+    }
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
-  set_counters(state, 2.0 * static_cast<double>(g.out_c * g.out_h * g.out_w * depth),
+  set_counters(state, 2.0 * static_cast<double>(images * out_image * depth),
                std::max(sparsity, 0.0));
   state.SetLabel(conv.implementation());
 }
@@ -137,8 +142,10 @@ void linear_layer(benchmark::State& state, const LinearLayer& layer, double spar
   } else {
     const SparseLinear sparse(w.data(), layer.k, layer.n, layer.n, 1);
     for (auto _ : state) {
+      // A one-token shape stands for a CNN's classifier at batch 1, whose whole input is that
+      // token: the schedules then take the one-token kernel (sparse_linear).
       sparse_linear(sparse, x.data(), layer.k, layer.tokens, 0, layer.n, y.data(), layer.n,
-                    epilogue, scratch);
+                    epilogue, scratch, active_isa(), {}, /*one_token_tensor=*/layer.tokens == 1);
       benchmark::DoNotOptimize(y.data());
       benchmark::ClobberMemory();
     }
@@ -163,7 +170,15 @@ const bool kRegistered = [] {
   for (const ConvLayer& layer : kConvLayers) {
     for (double s : variants()) {
       benchmark::RegisterBenchmark(fmt::format("spmm_conv/{}/{}", layer.name, variant(s)).c_str(),
-                                   conv_layer, layer, s)
+                                   conv_layer, layer, s, int64_t{1})
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (const ConvLayer& layer : kConvLayers) {
+    for (double s : {-1.0, 0.9, 0.95}) {
+      benchmark::RegisterBenchmark(
+          fmt::format("spmm_conv/{}/16_images/{}", layer.name, variant(s)).c_str(), conv_layer,
+          layer, s, int64_t{16})
           ->Unit(benchmark::kMicrosecond);
     }
   }
