@@ -112,28 +112,6 @@ inline void transpose(Vec* r) {
 #pragma GCC diagnostic pop
 #endif
 
-// The first `count` lanes (0 < count < kLanes) of v to p. On AVX2 as 4-, 2- and 1-float
-// stores: a masked store (vmaskmovps) costs Zen 3 about 12 cycles, and 7x7 planes end every row
-// with one.
-inline void store_few(float* p, Vec v, int64_t count) {
-#if defined(__AVX2__) && !defined(__AVX512F__)
-  __m128 part = _mm256_castps256_ps128(v);
-  if (count & 4) {
-    _mm_storeu_ps(p, part);
-    part = _mm256_extractf128_ps(v, 1);
-    p += 4;
-  }
-  if (count & 2) {
-    _mm_storel_pi(reinterpret_cast<__m64*>(p), part);
-    part = _mm_movehl_ps(part, part);
-    p += 2;
-  }
-  if (count & 1) _mm_store_ss(p, part);
-#else
-  store_partial(p, v, count);
-#endif
-}
-
 // Whether the channel-lane kernel serves a window of geometry g over `channels` channels
 // (MobileNetV2's depthwise layers, ResNet-50's max pooling).
 inline bool lanes_supported(const WindowGeometry& g, int64_t channels) {
@@ -217,7 +195,7 @@ inline void with_store_mode(StoreMode mode, const Store& store) {
   }
 }
 
-// Stores one vector of `count` outputs (whole vectors as one store, others as store_few) through
+// Stores one vector of `count` outputs (whole vectors as one store, others as store_partial) through
 // the epilogue in mode kMode: the per-vector half of both depthwise storers (store_back below,
 // store_rows in dwconv_impl.h). `res` points at the vector's residual values (nullptr: none).
 template <StoreMode kMode>
@@ -242,7 +220,7 @@ struct EpilogueStore {
     if (count == kLanes) {
       store(dst, v);
     } else {
-      store_few(dst, v, count);
+      store_partial(dst, v, count);
     }
   }
 };

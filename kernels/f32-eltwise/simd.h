@@ -108,7 +108,8 @@ inline void store_partial(float* p, Vec v, int64_t count) {
   // cycles each on Zen 3 (a standalone loop: 4.3-4.6 ns a store against 1.0-1.4 ns). A sparse
   // product stores a tail vector per output row: CNN classifiers at batch 1 (one column) ran
   // 1.2-1.46x faster, ResNet-50's 7x7 layers at 90% and 95% 1.05-1.13x (bench/spmm_bench.cc, one
-  // thread, best of 10 runs each).
+  // thread, best of 10 runs each). The channel-lane depthwise kernel, whose 7x7 planes end every
+  // row so, made its own such stores before.
   __m128 part = _mm256_castps256_ps128(v);
   if (count & 4) {
     _mm_storeu_ps(p, part);
