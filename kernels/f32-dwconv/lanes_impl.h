@@ -197,7 +197,8 @@ inline void with_store_mode(StoreMode mode, const Store& store) {
 
 // Stores one vector of `count` outputs (whole vectors as one store, others as store_partial)
 // through the epilogue in mode kMode: the per-vector half of both depthwise storers (store_back
-// below, store_rows in dwconv_impl.h). `res` points at the vector's residual values (nullptr: none).
+// below, store_rows in dwconv_impl.h). `res` points at the vector's residual values (nullptr:
+// none).
 template <StoreMode kMode>
 struct EpilogueStore {
   const Epilogue& e;
