@@ -1,8 +1,12 @@
 // The oracle of the convolution kernel tests (dense and sparse): the naive reference convolution
-// of one image followed by the kernel epilogue, element by element.
+// of one image followed by the kernel epilogue, element by element; and the square-kernel cases
+// both tests draw their layer shapes from.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "epilogue.h"
@@ -12,6 +16,32 @@
 #include "reference/window.h"
 
 namespace sparsecol::testing {
+
+// A convolution with a square kernel, the same stride, padding and dilation along both axes.
+struct ConvCase {
+  std::string name;
+  int64_t in_c, out_c, in_h, in_w, kernel, stride, pad, dilation, groups;
+};
+
+inline void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+
+// The case's geometry, its output size computed as ONNX does.
+inline kernels::ConvGeometry make_geometry(const ConvCase& c) {
+  kernels::ConvGeometry g;
+  g.in_c = c.in_c;
+  g.out_c = c.out_c;
+  g.in_h = c.in_h;
+  g.in_w = c.in_w;
+  g.kernel_h = g.kernel_w = c.kernel;
+  g.stride_h = g.stride_w = c.stride;
+  g.pad_top = g.pad_left = c.pad;
+  g.dilation_h = g.dilation_w = c.dilation;
+  g.groups = c.groups;
+  const int64_t span = c.dilation * (c.kernel - 1) + 1;
+  g.out_h = (c.in_h + 2 * c.pad - span) / c.stride + 1;
+  g.out_w = (c.in_w + 2 * c.pad - span) / c.stride + 1;
+  return g;
+}
 
 // The 2-D window of a kernel geometry (ConvGeometry, PoolGeometry) as the reference kernels take
 // it; pad_end is left to the caller (a convolution's follows from its output size).

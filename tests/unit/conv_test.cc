@@ -35,30 +35,6 @@ using kernels::ConvGeometry;
 using kernels::Epilogue;
 using kernels::PlaneView;
 
-struct ConvCase {
-  std::string name;
-  int64_t in_c, out_c, in_h, in_w, kernel, stride, pad, dilation, groups;
-};
-
-void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
-
-ConvGeometry make_geometry(const ConvCase& c) {
-  ConvGeometry g;
-  g.in_c = c.in_c;
-  g.out_c = c.out_c;
-  g.in_h = c.in_h;
-  g.in_w = c.in_w;
-  g.kernel_h = g.kernel_w = c.kernel;
-  g.stride_h = g.stride_w = c.stride;
-  g.pad_top = g.pad_left = c.pad;
-  g.dilation_h = g.dilation_w = c.dilation;
-  g.groups = c.groups;
-  const int64_t span = c.dilation * (c.kernel - 1) + 1;
-  g.out_h = (c.in_h + 2 * c.pad - span) / c.stride + 1;
-  g.out_w = (c.in_w + 2 * c.pad - span) / c.stride + 1;
-  return g;
-}
-
 std::vector<float> random_vector(std::size_t n, float scale, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-scale, scale);
   std::vector<float> v(n);

@@ -530,28 +530,6 @@ TEST(SparseThresholdTest, OptionOverridesTheMeasuredDefault) {
 
 // ---- Sparse convolution vs the reference convolution ----
 
-struct SparseConvCase {
-  std::string name;
-  int64_t in_c, out_c, in_h, in_w, kernel, stride, pad, dilation, groups;
-};
-
-kernels::ConvGeometry make_geometry(const SparseConvCase& c) {
-  kernels::ConvGeometry g;
-  g.in_c = c.in_c;
-  g.out_c = c.out_c;
-  g.in_h = c.in_h;
-  g.in_w = c.in_w;
-  g.kernel_h = g.kernel_w = c.kernel;
-  g.stride_h = g.stride_w = c.stride;
-  g.pad_top = g.pad_left = c.pad;
-  g.dilation_h = g.dilation_w = c.dilation;
-  g.groups = c.groups;
-  const int64_t span = c.dilation * (c.kernel - 1) + 1;
-  g.out_h = (c.in_h + 2 * c.pad - span) / c.stride + 1;
-  g.out_w = (c.in_w + 2 * c.pad - span) / c.stride + 1;
-  return g;
-}
-
 struct ConvProblem {
   kernels::ConvGeometry g;
   std::vector<float> src, weight, bias, residual, expected;
@@ -644,7 +622,7 @@ using SparseConvTest = PerIsaTest;
 TEST_P(SparseConvTest, MatchesReferenceConvolution) {
   const kernels::Isa isa = GetParam();
   std::mt19937 rng(77);
-  const SparseConvCase cases[] = {
+  const ConvCase cases[] = {
       {"1x1", 24, 20, 9, 13, 1, 1, 0, 1, 1},
       {"1x1_grouped", 24, 20, 7, 11, 1, 1, 0, 1, 4},
       // Enough input channels for K-blocks of a 1x1 layer at the lower sparsities.
@@ -680,7 +658,7 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       {"3x3_s2_56_wide_shifted", 16, 12, 6, 56, 3, 2, 1, 1, 1},
       {"3x3_s1_k_blocks_shifted", 145, 6, 5, 14, 3, 1, 1, 1, 1},
   };
-  for (const SparseConvCase& c : cases) {
+  for (const ConvCase& c : cases) {
     for (const double sparsity : kSparsities) {
       SCOPED_TRACE(fmt::format("{} at {:.0f}%", c.name, 100 * sparsity));
       const kernels::ConvGeometry g = make_geometry(c);
@@ -837,7 +815,7 @@ TEST(SparseConvSelectionTest, ThresholdPicksTheFormat) {
 // channel-lane (7 wide, 30 wide at stride 2) kernels.
 TEST(DenseConvRegionTest, BlocksOfChannelsMatchReference) {
   std::mt19937 rng(19);
-  const SparseConvCase cases[] = {
+  const ConvCase cases[] = {
       {"1x1", 24, 44, 5, 7, 1, 1, 0, 1, 1},
       {"3x3_s1_p1", 16, 37, 7, 9, 3, 1, 1, 1, 1},
       {"3x3_s2_p1", 12, 50, 9, 11, 3, 2, 1, 1, 1},
@@ -846,7 +824,7 @@ TEST(DenseConvRegionTest, BlocksOfChannelsMatchReference) {
       {"depthwise_3x3_s2", 37, 37, 11, 30, 3, 2, 1, 1, 37},
       {"depthwise_3x3_s2_34_wide", 37, 37, 11, 34, 3, 2, 1, 1, 37},
   };
-  for (const SparseConvCase& c : cases) {
+  for (const ConvCase& c : cases) {
     SCOPED_TRACE(c.name);
     const kernels::ConvGeometry g = make_geometry(c);
     const ConvProblem p(g, 0.0, rng);
