@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +36,25 @@ inline constexpr bool kSanitized = false;
 #else
 inline constexpr bool kSanitized = false;
 #endif
+
+// Runs `fn` and checks that it throws a sparsecol::Error with `code` whose message contains each
+// of `parts`. Returns the message (empty when nothing was thrown).
+template <typename Fn>
+std::string expect_error(Fn&& fn, ErrorCode code, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_STREQ(to_string(e.code()), to_string(code)) << message;
+    for (const std::string& part : parts) {
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "message does not name '" << part << "': " << message;
+    }
+    return message;
+  }
+  ADD_FAILURE() << "no sparsecol::Error thrown";
+  return {};
+}
 
 inline std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));

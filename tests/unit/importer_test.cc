@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "../test_util.h"
 #include "graph/graph.h"
 #include "onnx/onnx_importer.h"
 #include "test_models.h"
@@ -20,6 +21,7 @@ namespace sparsecol {
 namespace {
 
 namespace fs = std::filesystem;
+using test::expect_error;
 using testing::add_initializer;
 using testing::add_input;
 using testing::add_node;
@@ -32,25 +34,6 @@ using testing::TempDir;
 
 const char kAbsInput[] =
     "/usr/share/libonnx-testdata/data/node/test_abs/test_data_set_0/input_0.pb";
-
-// Runs `fn` and checks that it throws an Error with `code` whose message contains each of
-// `parts`. Returns the message.
-template <typename Fn>
-std::string expect_error(Fn&& fn, ErrorCode code, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_STREQ(to_string(e.code()), to_string(code)) << message;
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "message does not name '" << part << "': " << message;
-    }
-    return message;
-  }
-  ADD_FAILURE() << "no sparsecol::Error thrown";
-  return {};
-}
 
 graph::Graph import_model(const onnx::ModelProto& model, const TempDir& dir,
                           const std::string& name = "model.onnx") {

@@ -24,6 +24,7 @@
 namespace sparsecol {
 namespace {
 
+using test::expect_error;
 using testing::TempDir;
 
 // name -> {node name, shape}: the weights of prune_model_under_test(), in graph order.
@@ -118,22 +119,6 @@ int64_t zeros(const std::vector<float>& values) {
   if (max_zeroed <= min_kept) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << "zeroed a weight of magnitude " << max_zeroed << " but kept one of " << min_kept;
-}
-
-template <typename Fn>
-void expect_error(Fn&& fn, ErrorCode code, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_STREQ(to_string(e.code()), to_string(code)) << message;
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "message does not name '" << part << "': " << message;
-    }
-    return;
-  }
-  ADD_FAILURE() << "no sparsecol::Error thrown";
 }
 
 const PrunedLayer& layer(const PruneReport& report, const std::string& node) {

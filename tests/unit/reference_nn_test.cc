@@ -21,6 +21,7 @@
 #include <fmt/ranges.h>
 #include <omp.h>
 
+#include "../test_util.h"
 #include "graph/op_params.h"
 #include "graph/ops.h"
 #include "graph_builder.h"
@@ -30,6 +31,7 @@ namespace sparsecol::testing {
 namespace {
 
 using Shape = std::vector<int64_t>;
+using test::expect_error;
 using Attrs = std::map<std::string, graph::AttrValue>;
 
 // One node over constant inputs, run through inference and the reference op.
@@ -111,22 +113,6 @@ class OneNode {
   graph::Node node_;
   int output_count_ = 1;
 };
-
-template <typename Fn>
-void expect_error(Fn&& fn, ErrorCode code, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(to_string(e.code()), std::string(to_string(code))) << message;
-    for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "message lacks '" << part << "': " << message;
-    }
-    return;
-  }
-  ADD_FAILURE() << "no sparsecol::Error thrown";
-}
 
 Tensor from_values(Shape shape, const std::vector<float>& values) {
   Tensor t = Tensor::zeros(DType::kFloat32, std::move(shape));
