@@ -39,12 +39,6 @@ using testing::random_tensor;
     if (!reason.empty()) GTEST_SKIP() << reason;                   \
   } while (false)
 
-float max_abs(const Tensor& t) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(t.data<float>()[i]));
-  return m;
-}
-
 graph::Graph optimized_for(graph::Graph g, const NamedTensors& inputs) {
   graph::optimize(g, runtime::evaluate_node);
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -62,18 +56,7 @@ std::vector<LayerInfo> expect_matches_reference(const graph::Graph& g, const Nam
   const NamedTensors expected = runtime::make_reference_executor(s)->run(inputs);
   auto executor = runtime::make_cuda_executor(s, options);
   for (int run = 0; run < runs; ++run) {  // runs > 1: CUDA Graph replays after the first
-    const NamedTensors actual = executor->run(inputs);
-    EXPECT_EQ(actual.size(), expected.size());
-    for (const auto& [name, want] : expected) {
-      auto it = actual.find(name);
-      if (it == actual.end()) {
-        ADD_FAILURE() << "output " << name << " is missing";
-        continue;
-      }
-      EXPECT_EQ(it->second.shape(), want.shape()) << name;
-      EXPECT_LE(testing::max_abs_diff(it->second, want), tolerance * std::max(1.0f, max_abs(want)))
-          << name << " (run " << run << ")";
-    }
+    EXPECT_TRUE(testing::outputs_near(executor->run(inputs), expected, tolerance)) << "run " << run;
   }
   return executor->layers();
 }
@@ -292,11 +275,7 @@ TEST_P(CudaModelTest, MatchesReferenceExecutor) {
   const NamedTensors inputs = {{reference.inputs().at(0).name, read_npy(input)}};
   const NamedTensors expected = reference.session().run(inputs);
   const NamedTensors actual = cuda.session().run(inputs);
-  for (const auto& [out, want] : expected) {
-    ASSERT_TRUE(actual.count(out)) << out;
-    EXPECT_LE(testing::max_abs_diff(actual.at(out), want), 1e-3f * std::max(1.0f, max_abs(want)))
-        << name << " " << out;
-  }
+  EXPECT_TRUE(testing::outputs_near(actual, expected, 1e-3f)) << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelTest,

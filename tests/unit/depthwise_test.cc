@@ -25,12 +25,6 @@ std::unique_ptr<runtime::Executor> depthwise(graph::Graph g, const NamedTensors&
   return runtime::make_depthwise_executor(specialized(std::move(g), inputs), threads, options);
 }
 
-float max_abs(const Tensor& t) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(t.data<float>()[i]));
-  return m;
-}
-
 struct Variant {
   int threads;
   int tile_rows;             // 0: the planner's

@@ -168,6 +168,37 @@ inline float max_abs_diff(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
+// The largest |value| of a float tensor: the scale of a tensor's comparison tolerance.
+inline float max_abs(const Tensor& t) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(t.data<float>()[i]));
+  return m;
+}
+
+// Whether `actual` holds every output of `expected`, of its shape and within
+// relative_tolerance x max(1, max_abs) of it (a scale per output, not per element: the executors'
+// sums are reordered, so small values carry the large ones' rounding).
+inline ::testing::AssertionResult outputs_near(const NamedTensors& actual,
+                                               const NamedTensors& expected,
+                                               float relative_tolerance) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << actual.size() << " outputs, expected " << expected.size();
+  }
+  for (const auto& [name, want] : expected) {
+    const auto it = actual.find(name);
+    if (it == actual.end())
+      return ::testing::AssertionFailure() << "output " << name << " is missing";
+    const float diff = max_abs_diff(it->second, want),
+                bound = relative_tolerance * std::max(1.0f, max_abs(want));
+    if (!(diff <= bound)) {
+      return ::testing::AssertionFailure()
+             << "output " << name << " differs by " << diff << " (bound " << bound << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 inline const std::vector<int64_t> kPad1 = {1, 1, 1, 1};
 
 // A small residual CNN shared by the executor tests: conv+relu, depthwise conv, 1x1 conv +

@@ -23,12 +23,6 @@ std::unique_ptr<runtime::Executor> layerwise(graph::Graph g, const NamedTensors&
                                           threads, Options{});
 }
 
-float max_abs(const Tensor& t) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(t.data<float>()[i]));
-  return m;
-}
-
 // Layerwise at 1, 2 and 3 threads against the unoptimized graph on the reference executor;
 // the three thread counts must agree bit for bit.
 void expect_matches_reference(const graph::Graph& g, const NamedTensors& inputs,
