@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "conv_layer.h"
 #include "f32-conv/conv.h"
 #include "isa.h"
 #include "peak.h"
@@ -19,13 +20,10 @@ namespace {
 
 using sparsecol::kernels::ConvGeometry;
 
-struct Layer {
-  const char* name;
-  int64_t in_c, out_c, in_hw, kernel, stride, groups;
-};
+using sparsecol::bench::ConvLayer;
 
 // Padding is (kernel - 1) / 2 throughout both networks.
-const Layer kLayers[] = {
+const ConvLayer kLayers[] = {
     {"resnet50/conv1_7x7s2", 3, 64, 224, 7, 2, 1},
     {"resnet50/l1_1x1_64to64", 64, 64, 56, 1, 1, 1},
     {"resnet50/l1_3x3_64", 64, 64, 56, 3, 1, 1},
@@ -59,16 +57,8 @@ const Layer kLayers[] = {
     {"small_cnn/conv2_3x3_16", 16, 16, 32, 3, 1, 1},
 };
 
-void conv_layer(benchmark::State& state, const Layer& layer, int64_t images) {
-  ConvGeometry g;
-  g.in_c = layer.in_c;
-  g.out_c = layer.out_c;
-  g.in_h = g.in_w = layer.in_hw;
-  g.kernel_h = g.kernel_w = layer.kernel;
-  g.stride_h = g.stride_w = layer.stride;
-  g.pad_top = g.pad_left = (layer.kernel - 1) / 2;
-  g.groups = layer.groups;
-  g.out_h = g.out_w = (layer.in_hw + 2 * g.pad_top - layer.kernel) / layer.stride + 1;
+void conv_layer(benchmark::State& state, const ConvLayer& layer, int64_t images) {
+  const ConvGeometry g = sparsecol::bench::geometry_of(layer);
 
   std::mt19937 rng(1);
   auto random = [&](int64_t n) { return sparsecol::bench::random_floats(n, rng); };
@@ -104,7 +94,7 @@ void conv_layer(benchmark::State& state, const Layer& layer, int64_t images) {
 const bool kRegistered = [] {
   for (const auto& [images, suffix] : {std::pair<int64_t, const char*>{1, ""},
                                        std::pair<int64_t, const char*>{16, "/16_images"}}) {
-    for (const Layer& layer : kLayers) {
+    for (const ConvLayer& layer : kLayers) {
       benchmark::RegisterBenchmark((std::string("conv2d_rows/") + layer.name + suffix).c_str(),
                                    conv_layer, layer, images)
           ->Unit(benchmark::kMicrosecond);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "conv_layer.h"
 #include "f32-dwconv/dwconv.h"
 #include "f32-pool/pool.h"
 #include "random_data.h"
@@ -35,13 +36,8 @@ const Layer kLayers[] = {
 
 void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod method,
                   int64_t images) {
-  sparsecol::kernels::ConvGeometry g;
-  g.in_c = g.out_c = g.groups = layer.channels;
-  g.in_h = g.in_w = layer.in_hw;
-  g.kernel_h = g.kernel_w = 3;
-  g.stride_h = g.stride_w = layer.stride;
-  g.pad_top = g.pad_left = 1;
-  g.out_h = g.out_w = (layer.in_hw + 2 - 3) / layer.stride + 1;
+  const sparsecol::kernels::ConvGeometry g = sparsecol::bench::geometry_of(
+      {layer.name, layer.channels, layer.channels, layer.in_hw, 3, layer.stride, layer.channels});
 
   std::mt19937 rng(1);
   auto random = [&](int64_t n) { return sparsecol::bench::random_floats(n, rng); };

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "conv_layer.h"
 #include "f32-conv/conv.h"
 #include "f32-gemm/gemm.h"
 #include "f32-spmm/spmm.h"
@@ -27,10 +28,7 @@ using namespace sparsecol::kernels;
 
 const double kSparsities[] = {0.5, 0.7, 0.8, 0.9, 0.95};
 
-struct ConvLayer {
-  const char* name;
-  int64_t in_c, out_c, in_hw, kernel, stride;
-};
+using sparsecol::bench::ConvLayer;
 
 const ConvLayer kConvLayers[] = {
     {"resnet50/l1_1x1_64to64", 64, 64, 56, 1, 1},
@@ -85,14 +83,7 @@ void set_counters(benchmark::State& state, double dense_flops, double sparsity) 
 
 // sparsity < 0: the dense implementation on an unpruned weight.
 void conv_layer(benchmark::State& state, const ConvLayer& layer, double sparsity, int64_t images) {
-  ConvGeometry g;
-  g.in_c = layer.in_c;
-  g.out_c = layer.out_c;
-  g.in_h = g.in_w = layer.in_hw;
-  g.kernel_h = g.kernel_w = layer.kernel;
-  g.stride_h = g.stride_w = layer.stride;
-  g.pad_top = g.pad_left = (layer.kernel - 1) / 2;
-  g.out_h = g.out_w = (layer.in_hw + 2 * g.pad_top - layer.kernel) / layer.stride + 1;
+  const ConvGeometry g = sparsecol::bench::geometry_of(layer);
   std::mt19937 rng(1);
   const int64_t depth = g.in_c * g.kernel_h * g.kernel_w;
   const int64_t in_image = g.in_c * g.in_h * g.in_w, out_image = g.out_c * g.out_h * g.out_w;
