@@ -303,15 +303,24 @@ void infer_split(InferContext& ctx) {
   }
 }
 
-void infer_gather(InferContext& ctx) {
+// What Gather and GatherElements both check first: two inputs, integer indices, data not a
+// scalar, and the axis attribute within data's rank (normalized).
+struct GatherInputs {
+  std::vector<int64_t> data, indices;
+  std::size_t axis;
+};
+GatherInputs gather_inputs(InferContext& ctx) {
   ctx.expect_inputs(2, 2);
   ctx.expect_dtype(1, {DType::kInt32, DType::kInt64});
-  const std::vector<int64_t> data = ctx.shape(0);
-  const std::vector<int64_t> indices = ctx.shape(1);
-  const auto rank = static_cast<int64_t>(data.size());
+  GatherInputs in{ctx.shape(0), ctx.shape(1), 0};
+  const auto rank = static_cast<int64_t>(in.data.size());
   if (rank == 0) ctx.fail(ErrorCode::kShapeMismatch, "cannot gather from a scalar");
-  const auto axis =
-      static_cast<std::size_t>(normalize_axis(ctx, ctx.node().attr_int("axis", 0), rank));
+  in.axis = static_cast<std::size_t>(normalize_axis(ctx, ctx.node().attr_int("axis", 0), rank));
+  return in;
+}
+
+void infer_gather(InferContext& ctx) {
+  const auto [data, indices, axis] = gather_inputs(ctx);
   if (const Tensor* constant = ctx.constant(1)) {
     resolve_indices(ctx, *constant, data[axis], ErrorCode::kInvalidModel);
   }
@@ -322,14 +331,7 @@ void infer_gather(InferContext& ctx) {
 }
 
 void infer_gather_elements(InferContext& ctx) {
-  ctx.expect_inputs(2, 2);
-  ctx.expect_dtype(1, {DType::kInt32, DType::kInt64});
-  const std::vector<int64_t> data = ctx.shape(0);
-  const std::vector<int64_t> indices = ctx.shape(1);
-  const auto rank = static_cast<int64_t>(data.size());
-  if (rank == 0) ctx.fail(ErrorCode::kShapeMismatch, "cannot gather from a scalar");
-  const auto axis =
-      static_cast<std::size_t>(normalize_axis(ctx, ctx.node().attr_int("axis", 0), rank));
+  const auto [data, indices, axis] = gather_inputs(ctx);
   bool fits = indices.size() == data.size();
   for (std::size_t a = 0; fits && a < data.size(); ++a) fits = a == axis || indices[a] <= data[a];
   if (!fits) {

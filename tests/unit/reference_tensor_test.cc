@@ -518,6 +518,21 @@ TEST(ReferenceTensor, GatherWithRuntimeOutOfRangeIndexFailsCleanly) {
                ErrorCode::kInvalidArgument, {"out of range"});
 }
 
+TEST(ReferenceTensor, GatherAndGatherElementsRejectScalarsAxesAndIndexTypes) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {2, 3});
+  for (const char* op : {"Gather", "GatherElements"}) {
+    SCOPED_TRACE(op);
+    expect_error({.op = op, .inputs = {runtime_input(int_scalar(1)), runtime_input(int_scalar(0))}},
+                 ErrorCode::kShapeMismatch, {"cannot gather from a scalar"});
+    expect_error({.op = op,
+                  .inputs = {runtime_input(x), runtime_input(make<int64_t>({2, 1}, {0, 1}))},
+                  .attrs = {{"axis", int64_t{2}}}},
+                 ErrorCode::kInvalidModel, {"axis"});
+    expect_error({.op = op, .inputs = {runtime_input(x), runtime_input(floats({2, 1}, {0, 1}))}},
+                 ErrorCode::kUnsupported, {"input 1", "supported: int32, int64"});
+  }
+}
+
 TEST(ReferenceTensor, GatherElementsMatchesIndexArithmetic) {
   std::mt19937 rng(6);
   for (int trial = 0; trial < 40; ++trial) {
