@@ -56,6 +56,23 @@ std::string expect_error(Fn&& fn, ErrorCode code, std::initializer_list<std::str
   return {};
 }
 
+// The multi-index of row-major flat index `flat` in `shape`, and back: the tests' own index
+// arithmetic, independent of the library's.
+inline std::vector<int64_t> unravel(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    index[a] = flat % shape[a];
+    flat /= shape[a];
+  }
+  return index;
+}
+
+inline int64_t ravel(const std::vector<int64_t>& index, const std::vector<int64_t>& shape) {
+  int64_t flat = 0;
+  for (std::size_t a = 0; a < shape.size(); ++a) flat = flat * shape[a] + index[a];
+  return flat;
+}
+
 inline std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }

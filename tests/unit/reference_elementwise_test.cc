@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../test_util.h"
 #include "graph/graph.h"
 #include "graph/ops.h"
 #include "runtime/reference/broadcast.h"
@@ -147,14 +148,7 @@ std::optional<ErrorCode> error_of(const std::string& op, const std::vector<In>& 
 
 // ---- independent index arithmetic ----
 
-Shape unravel(int64_t flat, const Shape& shape) {
-  Shape index(shape.size());
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    index[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return index;
-}
+using test::unravel;
 
 // Flat index into an operand of `shape` (right-aligned, size-1 dims repeated) of out_index.
 int64_t broadcast_index(const Shape& out_index, const Shape& shape) {

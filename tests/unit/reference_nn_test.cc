@@ -152,15 +152,7 @@ Shape strides_of(const Shape& shape) {
   return strides;
 }
 
-// Unravels a flat index into a multi-index of `shape`.
-Shape unravel(int64_t flat, const Shape& shape) {
-  Shape index(shape.size());
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    index[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return index;
-}
+using test::unravel;
 
 // ---- Conv --------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "../test_util.h"
 #include "graph/ops.h"
 #include "runtime/reference/reference_ops.h"
 
@@ -160,20 +161,8 @@ int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
 
 // ---- index arithmetic ----
 
-std::vector<int64_t> unravel(int64_t flat, const std::vector<int64_t>& shape) {
-  std::vector<int64_t> index(shape.size());
-  for (std::size_t a = shape.size(); a-- > 0;) {
-    index[a] = flat % shape[a];
-    flat /= shape[a];
-  }
-  return index;
-}
-
-int64_t ravel(const std::vector<int64_t>& index, const std::vector<int64_t>& shape) {
-  int64_t flat = 0;
-  for (std::size_t a = 0; a < shape.size(); ++a) flat = flat * shape[a] + index[a];
-  return flat;
-}
+using test::ravel;
+using test::unravel;
 
 // Every element of `out` equals the element of `src` at the flat index that source(index of
 // the output element) names.
