@@ -31,16 +31,11 @@ void expect_matches_reference(const graph::Graph& g, const NamedTensors& inputs,
   NamedTensors first;
   for (int threads : {1, 2, 3}) {
     const NamedTensors actual = layerwise(g, inputs, threads)->run(inputs);
-    ASSERT_EQ(actual.size(), expected.size());
-    for (const auto& [name, t] : expected) {
-      const float tolerance = relative_tolerance * std::max(1.0f, max_abs(t));
-      EXPECT_LE(max_abs_diff(t, actual.at(name)), tolerance) << name << " threads " << threads;
-      if (threads == 1) {
-        first[name] = actual.at(name);
-      } else {
-        EXPECT_EQ(max_abs_diff(first.at(name), actual.at(name)), 0.0f)
-            << name << ": threads " << threads << " differs from threads 1";
-      }
+    EXPECT_TRUE(outputs_near(actual, expected, relative_tolerance)) << "threads " << threads;
+    if (threads == 1) {
+      first = actual;
+    } else {
+      EXPECT_TRUE(outputs_near(actual, first, 0.0f)) << "threads " << threads << " vs threads 1";
     }
   }
 }
