@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../test_util.h"
 #include "graph/passes.h"
 #include "graph_builder.h"
 
@@ -170,6 +171,55 @@ TEST(Specialize, FoldsShapeSubgraphOnceBatchIsKnown) {
   const Tensor& y = out.begin()->second;
   EXPECT_EQ(y.shape(), (std::vector<int64_t>{4, 6}));
   EXPECT_EQ(max_abs_diff(y.reshaped({4, 2, 3}), input), 0.0f);
+}
+
+// torchvision's ViT: a class token expanded to the batch, token.expand(x.shape[0], 1, 8), whose
+// shape input ONNX's shape inference gives a known shape ([3]) while the batch is still symbolic.
+// Loading must wait for specialize() to make it a constant, not refuse Expand's shape input.
+TEST(Specialize, ExpandToAShapeComputedFromTheBatchLoadsAndRuns) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 4, 8});
+  const int shape = b.node("Shape", {x});
+  const int batch = b.node("Gather", {shape, b.constant("zero", Tensor::zeros(DType::kInt64, {}))},
+                           {{"axis", int64_t{0}}}, graph::Shape{});
+  const int unsq =
+      b.node("Unsqueeze", {batch, b.constant("axes", Tensor::zeros(DType::kInt64, {1}))}, {},
+             graph::make_shape({1}));
+  Tensor rest = Tensor::zeros(DType::kInt64, {2});
+  rest.data<int64_t>()[0] = 1;
+  rest.data<int64_t>()[1] = 8;
+  const int target = b.node("Concat", {unsq, b.constant("rest", rest)}, {{"axis", int64_t{0}}},
+                            graph::make_shape({3}));
+  const Tensor token = random_tensor({1, 1, 8}, 1);
+  const int tokens = b.node("Expand", {b.constant("token", token), target});
+  graph::Graph g = b.finish({b.node("Concat", {tokens, x}, {{"axis", int64_t{1}}})});
+  graph::optimize(g, runtime::evaluate_node);
+  EXPECT_EQ(count_ops(g, "Expand"), 1);  // waits for the batch
+
+  const Tensor input = random_tensor({3, 4, 8}, 2);
+  const NamedTensors out = run_reference(g, {{"x", input}});
+  const Tensor& y = out.begin()->second;
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{3, 5, 8}));
+  for (int64_t n = 0; n < 3; ++n) {
+    for (int64_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(y.data<float>()[n * 40 + i], token.data<float>()[i]) << n << " " << i;
+      EXPECT_EQ(y.data<float>()[n * 40 + 8 + i], input.data<float>()[n * 32 + i]) << n << " " << i;
+    }
+  }
+}
+
+// A node whose shape input stays computed from data is still refused, by specialize().
+TEST(Specialize, ExpandToAShapeComputedFromDataIsRefusedNamingTheNode) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 4, 8});
+  const int target = b.input("target", {3});
+  graph::Graph g = b.finish({b.node("Expand", {x, target}, {}, std::nullopt)});
+  graph::optimize(g, runtime::evaluate_node);
+  test::expect_error(
+      [&] {
+        graph::specialize(g, {{"x", {2, 4, 8}}, {"target", {3}}}, runtime::evaluate_node);
+      },
+      ErrorCode::kUnsupported, {"Expand", "shape (input 1) must be a constant"});
 }
 
 // A residual Add whose operands' batch dims shape inference named apart (as in BERT's export) is

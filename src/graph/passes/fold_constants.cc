@@ -21,6 +21,15 @@ bool reads_only_shape(const std::string& op_type) {
 
 void fold_constants(Graph& graph, const Evaluator& evaluate) {
   std::vector<bool> folded(graph.nodes.size(), false);
+  // Values that may still become constant or concrete once specialize() fixes the input shapes:
+  // the outputs of nodes that wait for it, and what is computed from them without folding. An
+  // exported shape computation often has a known shape long before its value: ViT's class-token
+  // Expand takes [batch, -1, -1] built from Shape(x)[0], a scalar whose shape ONNX's shape
+  // inference gives even while the batch is symbolic.
+  std::vector<bool> pending(graph.values.size(), false);
+  const auto mark_outputs_pending = [&](const Node& node) {
+    for (int v : node.outputs) pending[static_cast<std::size_t>(v)] = true;
+  };
   for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
     const OpDef* def = find_op(node.op_type);
@@ -30,16 +39,32 @@ void fold_constants(Graph& graph, const Evaluator& evaluate) {
     }
     bool all_constant = true;
     bool all_concrete = true;
+    bool any_pending = false;
     for (int v : node.inputs) {
       if (v < 0) continue;
       const Value& value = graph.values[static_cast<std::size_t>(v)];
       all_constant = all_constant && value.constant.has_value();
       all_concrete = all_concrete && shape_is_concrete(value);
+      any_pending = any_pending || pending[static_cast<std::size_t>(v)];
     }
-    if (!all_concrete) continue;  // a symbolic dimension upstream: wait for specialize()
+    if (!all_concrete) {  // a symbolic dimension upstream: wait for specialize()
+      mark_outputs_pending(node);
+      continue;
+    }
 
     InferContext ctx(graph, node);
-    def->infer(ctx);
+    if (any_pending) {
+      // What this node rejects now (a shape input that is not constant yet) may be a constant
+      // after specialize(), which runs this walk again with nothing pending and keeps the error.
+      try {
+        def->infer(ctx);
+      } catch (const Error&) {
+        mark_outputs_pending(node);
+        continue;
+      }
+    } else {
+      def->infer(ctx);
+    }
     for (std::size_t i = 0; i < node.outputs.size(); ++i) {
       const InferContext::Output& out = ctx.outputs()[i];
       if (!out.set) continue;
@@ -50,7 +75,10 @@ void fold_constants(Graph& graph, const Evaluator& evaluate) {
     }
 
     const bool shape_only = reads_only_shape(node.op_type) && node.input(0) >= 0;
-    if (!all_constant && !shape_only) continue;
+    if (!all_constant && !shape_only) {
+      if (any_pending) mark_outputs_pending(node);
+      continue;
+    }
     std::vector<Tensor> placeholders;  // shape-only inputs: a data-less view of the right shape
     placeholders.reserve(node.inputs.size());
     std::vector<const Tensor*> inputs;
