@@ -1,5 +1,6 @@
 #include "reference/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -243,6 +244,17 @@ void gather_elements(const void* src, std::span<const int64_t> src_shape,
   });
 }
 
+void scatter_nd(void* dst, std::span<const int64_t> offsets, int64_t slice, const void* updates,
+                std::size_t element_size) {
+  const std::size_t chunk = static_cast<std::size_t>(slice) * element_size;
+  auto* d = static_cast<char*>(dst);
+  const auto* u = static_cast<const char*>(updates);
+  for (int64_t offset : offsets) {
+    std::memcpy(d + static_cast<std::size_t>(offset) * element_size, u, chunk);
+    u += chunk;
+  }
+}
+
 void pad(const void* src, std::span<const int64_t> src_shape, std::span<const int64_t> pads_begin,
          std::span<const int64_t> dst_shape, PadMode mode, const void* value, void* dst,
          std::size_t element_size) {
@@ -356,6 +368,44 @@ void cumsum(const T* src, int64_t outer, int64_t dim, int64_t inner, bool exclus
   }
 }
 
+// a * b, wrapping for integers like add().
+template <typename T>
+T multiply(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename T>
+void scatter_nd_reduce(T* dst, std::span<const int64_t> offsets, int64_t slice, const T* updates,
+                       ScatterReduction reduction) {
+  for (int64_t offset : offsets) {
+    T* d = dst + offset;
+    for (int64_t j = 0; j < slice; ++j, ++updates) {
+      switch (reduction) {
+        case ScatterReduction::kNone:
+          d[j] = *updates;
+          break;
+        case ScatterReduction::kAdd:
+          d[j] = add(d[j], *updates);
+          break;
+        case ScatterReduction::kMul:
+          d[j] = multiply(d[j], *updates);
+          break;
+        case ScatterReduction::kMax:
+          d[j] = std::max(d[j], *updates);
+          break;
+        case ScatterReduction::kMin:
+          d[j] = std::min(d[j], *updates);
+          break;
+      }
+    }
+  }
+}
+
 template <typename T>
 void range(T start, T delta, int64_t count, T* dst) {
   for (int64_t i = 0; i < count; ++i) {
@@ -374,6 +424,14 @@ template void cumsum<float>(const float*, int64_t, int64_t, int64_t, bool, bool,
 template void cumsum<double>(const double*, int64_t, int64_t, int64_t, bool, bool, double*);
 template void cumsum<int32_t>(const int32_t*, int64_t, int64_t, int64_t, bool, bool, int32_t*);
 template void cumsum<int64_t>(const int64_t*, int64_t, int64_t, int64_t, bool, bool, int64_t*);
+template void scatter_nd_reduce<float>(float*, std::span<const int64_t>, int64_t, const float*,
+                                       ScatterReduction);
+template void scatter_nd_reduce<double>(double*, std::span<const int64_t>, int64_t, const double*,
+                                        ScatterReduction);
+template void scatter_nd_reduce<int32_t>(int32_t*, std::span<const int64_t>, int64_t,
+                                         const int32_t*, ScatterReduction);
+template void scatter_nd_reduce<int64_t>(int64_t*, std::span<const int64_t>, int64_t,
+                                         const int64_t*, ScatterReduction);
 template void range<float>(float, float, int64_t, float*);
 template void range<double>(double, double, int64_t, double*);
 template void range<int32_t>(int32_t, int32_t, int64_t, int32_t*);

@@ -86,6 +86,14 @@ void trilu(const void* src, int64_t batch, int64_t rows, int64_t cols, int64_t k
 void one_hot(std::span<const int64_t> indices, int64_t outer, int64_t depth, int64_t inner,
              const void* off, const void* on, void* dst, std::size_t element_size);
 
+// ScatterND with its index tuples already turned into element offsets of dst, each starting a
+// slice of `slice` elements (graph::resolve_scatter_nd): dst[offsets[i] + j] = updates[i * slice
+// + j] for every tuple i in order (the last of repeated tuples wins) and j < slice.
+void scatter_nd(void* dst, std::span<const int64_t> offsets, int64_t slice, const void* updates,
+                std::size_t element_size);
+
+enum class ScatterReduction { kNone, kAdd, kMul, kMax, kMin };
+
 // Arithmetic kernels, instantiated for float, double, int32_t and int64_t. Integer sums wrap
 // instead of overflowing (signed overflow would be undefined behaviour).
 //
@@ -94,6 +102,11 @@ void one_hot(std::span<const int64_t> indices, int64_t outer, int64_t depth, int
 template <typename T>
 void cumsum(const T* src, int64_t outer, int64_t dim, int64_t inner, bool exclusive, bool reverse,
             T* dst);
+// ScatterND with a reduction: dst[offsets[i] + j] = reduce(dst[offsets[i] + j],
+// updates[i * slice + j]), tuples in order, so repeated tuples all count (kNone: as scatter_nd).
+template <typename T>
+void scatter_nd_reduce(T* dst, std::span<const int64_t> offsets, int64_t slice, const T* updates,
+                       ScatterReduction reduction);
 // dst[i] = start + i * delta for i < count.
 template <typename T>
 void range(T start, T delta, int64_t count, T* dst);

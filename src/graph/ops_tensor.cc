@@ -346,6 +346,38 @@ void infer_gather_elements(InferContext& ctx) {
   ctx.set_output(0, ctx.dtype(0), indices);
 }
 
+void infer_resize(InferContext& ctx) {
+  ctx.expect_inputs(1, 4);
+  ctx.expect_dtype(0, {DType::kFloat32});
+  const auto optional_constant = [&](std::size_t i, const char* what) -> const Tensor* {
+    return ctx.has_input(i) ? &ctx.required_constant(i, what) : nullptr;
+  };
+  const ResizeSpec spec =
+      resolve_resize(ctx, ctx.shape(0), optional_constant(1, "roi"), optional_constant(2, "scales"),
+                     optional_constant(3, "sizes"));
+  set_sized_output(ctx, 0, ctx.dtype(0), spec.out);
+}
+
+void infer_scatter_nd(InferContext& ctx) {
+  ctx.expect_inputs(3, 3);
+  ctx.expect_dtype(1, {DType::kInt64});
+  if (ctx.dtype(2) != ctx.dtype(0)) {
+    ctx.fail(ErrorCode::kDtypeMismatch,
+             fmt::format("updates are {} but data is {}", to_string(ctx.dtype(2)),
+                         to_string(ctx.dtype(0))));
+  }
+  const std::string reduction = ctx.node().attr_string("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" &&
+      reduction != "min") {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("reduction '{}' is not one of none, add, mul, max, min", reduction));
+  }
+  const std::vector<int64_t> data = ctx.shape(0);
+  resolve_scatter_nd(ctx, data, ctx.shape(1), ctx.shape(2), ctx.constant(1),
+                     ErrorCode::kInvalidModel);
+  ctx.set_output(0, ctx.dtype(0), data);
+}
+
 void infer_slice(InferContext& ctx) {
   ctx.expect_inputs(3, 5);
   const std::vector<int64_t> in = ctx.shape(0);
@@ -640,6 +672,8 @@ constexpr OpDef kTensorOps[] = {
     {"Pad", infer_pad},
     {"Range", infer_range},
     {"Reshape", infer_reshape},
+    {"Resize", infer_resize},
+    {"ScatterND", infer_scatter_nd},
     {"Shape", infer_shape},
     {"Size", infer_size},
     {"Slice", infer_slice},
@@ -695,6 +729,127 @@ std::vector<int64_t> resolve_indices(const InferContext& ctx, const Tensor& indi
     if (index < 0) index += dim;
   }
   return values;
+}
+
+ResizeSpec resolve_resize(const InferContext& ctx, const std::vector<int64_t>& in,
+                          const Tensor* roi, const Tensor* scales, const Tensor* sizes) {
+  const Node& node = ctx.node();
+  const auto one_of = [&](const char* attr, const char* fallback,
+                          std::initializer_list<const char*> allowed) {
+    const std::string value = node.attr_string(attr, fallback);
+    for (const char* a : allowed) {
+      if (value == a) return value;
+    }
+    ctx.fail(ErrorCode::kUnsupported,
+             fmt::format("{} '{}' is not supported ({})", attr, value, fmt::join(allowed, ", ")));
+  };
+  one_of("mode", "nearest", {"nearest", "linear", "cubic"});
+  one_of("nearest_mode", "round_prefer_floor",
+         {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"});
+  const std::string coordinates =
+      one_of("coordinate_transformation_mode", "half_pixel",
+             {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+              "tf_half_pixel_for_nn", "tf_crop_and_resize"});
+  const auto rank = in.size();
+  if (rank == 0) ctx.fail(ErrorCode::kShapeMismatch, "cannot resize a scalar");
+  const auto given = [](const Tensor* t) { return t != nullptr && t->numel() > 0; };
+  if (given(scales) == given(sizes)) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             "exactly one of scales (input 2) and sizes (input 3) must be given");
+  }
+  ResizeSpec spec;
+  spec.out.resize(rank);
+  spec.scales.resize(rank);
+  if (given(scales)) {
+    if (scales->dtype() != DType::kFloat32 || scales->numel() != static_cast<int64_t>(rank)) {
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("scales must be {} float32 values (one per axis of input {}), got {} {}",
+                           rank, dims(in), scales->numel(), to_string(scales->dtype())));
+    }
+    for (std::size_t a = 0; a < rank; ++a) {
+      const double scale = scales->data<float>()[a];
+      const double length = std::floor(static_cast<double>(in[a]) * scale);
+      if (!(scale > 0.0) || !(length < 0x1p62)) {
+        ctx.fail(ErrorCode::kInvalidModel,
+                 fmt::format("scale {} of axis {} (input {}) must be positive and finite", scale, a,
+                             dims(in)));
+      }
+      spec.scales[a] = scale;
+      spec.out[a] = static_cast<int64_t>(length);
+    }
+  } else {
+    const std::vector<int64_t> lengths = int_values(ctx, *sizes, "sizes");
+    if (sizes->dtype() != DType::kInt64 || lengths.size() != rank) {
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("sizes must be {} int64 values (one per axis of input {}), got {}", rank,
+                           dims(in), dims(lengths)));
+    }
+    for (std::size_t a = 0; a < rank; ++a) {
+      if (lengths[a] < 0 || (in[a] == 0 && lengths[a] > 0)) {
+        ctx.fail(
+            ErrorCode::kShapeMismatch,
+            fmt::format("sizes {} cannot come from input {}: axis {}", dims(lengths), dims(in), a));
+      }
+      spec.out[a] = lengths[a];
+      spec.scales[a] =
+          in[a] == 0 ? 1.0 : static_cast<double>(lengths[a]) / static_cast<double>(in[a]);
+    }
+  }
+  if (coordinates == "tf_crop_and_resize") {
+    if (!given(roi) || roi->numel() != static_cast<int64_t>(2 * rank) ||
+        (roi->dtype() != DType::kFloat32 && roi->dtype() != DType::kFloat64)) {
+      ctx.fail(ErrorCode::kInvalidModel,
+               fmt::format("tf_crop_and_resize needs roi (input 1): {} float values for input {}",
+                           2 * rank, dims(in)));
+    }
+    for (int64_t i = 0; i < roi->numel(); ++i) {
+      spec.roi.push_back(roi->dtype() == DType::kFloat32 ? roi->data<float>()[i]
+                                                         : roi->data<double>()[i]);
+    }
+  }
+  return spec;
+}
+
+ScatterNdSlices resolve_scatter_nd(const InferContext& ctx, const std::vector<int64_t>& data,
+                                   const std::vector<int64_t>& indices,
+                                   const std::vector<int64_t>& updates, const Tensor* index_values,
+                                   ErrorCode code) {
+  if (data.empty() || indices.empty() || indices.back() > static_cast<int64_t>(data.size())) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("indices {} must have rank >= 1 and a last axis no longer than the rank "
+                         "of data {}",
+                         dims(indices), dims(data)));
+  }
+  const auto k = static_cast<std::size_t>(indices.back());
+  std::vector<int64_t> expected(indices.begin(), indices.end() - 1);
+  expected.insert(expected.end(), data.begin() + static_cast<std::ptrdiff_t>(k), data.end());
+  if (updates != expected) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("updates have shape {}, expected {} (indices {}, data {})", dims(updates),
+                         dims(expected), dims(indices), dims(data)));
+  }
+  ScatterNdSlices out;
+  out.slice = 1;
+  for (std::size_t a = k; a < data.size(); ++a) out.slice *= data[a];
+  if (index_values == nullptr) return out;
+  int64_t tuples = 1;
+  for (std::size_t a = 0; a + 1 < indices.size(); ++a) tuples *= indices[a];
+  const std::vector<int64_t> values = all_ints(ctx, *index_values, "indices");
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t offset = 0;
+    for (std::size_t a = 0; a < k; ++a) {
+      int64_t index = values[static_cast<std::size_t>(t) * k + a];
+      const int64_t dim = data[a];
+      if (index < -dim || index >= dim) {
+        ctx.fail(code, fmt::format("index {} (tuple {}, component {} of indices) is out of range "
+                                   "[{}, {}] for axis {} of data {}",
+                                   index, t, a, -dim, dim - 1, a, dims(data)));
+      }
+      offset = offset * dim + (index < 0 ? index + dim : index);
+    }
+    out.offsets.push_back(offset * out.slice);
+  }
+  return out;
 }
 
 std::vector<SliceAxis> resolve_slice(const InferContext& ctx,

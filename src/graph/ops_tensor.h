@@ -25,6 +25,33 @@ std::vector<int64_t> resolve_perm(const InferContext& ctx, int64_t rank);
 std::vector<int64_t> resolve_indices(const InferContext& ctx, const Tensor& indices, int64_t dim,
                                      ErrorCode code);
 
+// ScatterND: where each index tuple's slice of data lies. `indices` (rank >= 1, last axis k <=
+// data's rank) addresses slices of data[k:] (`slice` elements each), and updates must have shape
+// indices[:-1] + data[k:]. With the index values (`index_values`, int64, may be null while they
+// are not known) each tuple's components are checked against their axes ([-dim, dim), negative
+// ones counting from the end; `code` as for resolve_indices) and turned into element offsets.
+struct ScatterNdSlices {
+  std::vector<int64_t> offsets;  // one per index tuple; empty without index_values
+  int64_t slice = 0;
+};
+ScatterNdSlices resolve_scatter_nd(const InferContext& ctx, const std::vector<int64_t>& data,
+                                   const std::vector<int64_t>& indices,
+                                   const std::vector<int64_t>& updates, const Tensor* index_values,
+                                   ErrorCode code);
+
+// Resize: the output shape and what the interpolation needs, from the input shape, the
+// attributes and the optional inputs (null where omitted; an empty tensor counts as omitted):
+// exactly one of scales (float32, one per axis, > 0: output length floor(input * scale)) and
+// sizes (int64, one per axis). roi (float32 or float64, starts then ends) is read only for
+// coordinate_transformation_mode tf_crop_and_resize, which requires it.
+struct ResizeSpec {
+  std::vector<int64_t> out;
+  std::vector<double> scales;  // per axis: the scale given, or output length / input length
+  std::vector<double> roi;     // empty unless tf_crop_and_resize
+};
+ResizeSpec resolve_resize(const InferContext& ctx, const std::vector<int64_t>& in,
+                          const Tensor* roi, const Tensor* scales, const Tensor* sizes);
+
 // One axis of a Slice: the first element read, the step, and how many elements are read.
 // When count <= 1 the step is 1, so that start + step * (count - 1) never overflows.
 struct SliceAxis {

@@ -12,6 +12,12 @@
 // and where they cancel (a sum of mixed signs, sin near pi) the output is near zero and rtol
 // gives no slack.
 //
+// Cases listed in frozen.txt feed the inputs that decide an output's shape (Resize's scales,
+// Reshape's shape, ...) as graph inputs; sparsecol sizes its buffers from constants, as every
+// exporter writes those inputs. Such a case runs once per data set on a copy of its model in
+// which every graph input after the first is an initializer holding that data set's value: the
+// op is tested on the same numbers, its data input still fed at run time.
+//
 // Cases listed in skipped.txt are reported as skipped with their reason. When the binary runs
 // whole it ends with one summary line (ctest runs each case in its own process, so the lead's
 // ctest entry that runs it whole is where the summary shows).
@@ -28,6 +34,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <onnx/onnx_pb.h>
@@ -55,17 +63,17 @@ std::string env_or(const char* name, const char* fallback) {
 
 std::string testdata_dir() { return env_or("SPARSECOL_ONNX_TESTDATA", SPARSECOL_ONNX_TESTDATA); }
 
-// ---- skipped.txt ----
+// ---- skipped.txt and frozen.txt ----
 
 // Format: a run of lines "# reason" gives the reason for the case names that follow it, one per
 // line, until the next reason. Lines starting with "##" are comments; blank lines are ignored.
-struct SkipList {
+struct CaseList {
   std::map<std::string, std::string> reasons;  // case name -> reason
   std::vector<std::string> problems;           // malformed lines, duplicates
 };
 
-SkipList read_skip_list(const std::string& path) {
-  SkipList list;
+CaseList read_case_list(const std::string& path) {
+  CaseList list;
   std::ifstream in(path);
   if (!in) {
     list.problems.push_back(fmt::format("cannot read {}", path));
@@ -95,8 +103,13 @@ SkipList read_skip_list(const std::string& path) {
   return list;
 }
 
-const SkipList& skip_list() {
-  static const SkipList list = read_skip_list(env_or("SPARSECOL_SKIP_LIST", SPARSECOL_SKIP_LIST));
+const CaseList& skip_list() {
+  static const CaseList list = read_case_list(env_or("SPARSECOL_SKIP_LIST", SPARSECOL_SKIP_LIST));
+  return list;
+}
+
+const CaseList& frozen_list() {
+  static const CaseList list = read_case_list(SPARSECOL_FROZEN_LIST);
   return list;
 }
 
@@ -190,20 +203,24 @@ std::string pick_name(const std::string& stored, std::size_t n,
   return n < names.size() ? names[n] : std::string();
 }
 
-void run_schedule(const fs::path& model_path, Schedule schedule,
-                  const std::vector<fs::path>& data_sets,
-                  const std::vector<std::string>& input_names,
-                  const std::vector<std::string>& output_names);
+// What run_schedule runs: the case's model as it is, or (frozen.txt) a copy per data set.
+struct CaseModel {
+  fs::path path;
+  const onnx::ModelProto* freeze = nullptr;  // non-null: freeze inputs after the first
+  std::vector<std::string> input_names, output_names;
+};
+
+void run_schedule(const CaseModel& model, Schedule schedule,
+                  const std::vector<fs::path>& data_sets);
 
 void run_case(const fs::path& dir) {
   const std::string name = dir.filename().string();
   if (auto it = skip_list().reasons.find(name); it != skip_list().reasons.end()) {
     GTEST_SKIP() << "listed in skipped.txt: " << it->second;
   }
-  const fs::path model_path = dir / "model.onnx";
-  const onnx::ModelProto model = read_model(model_path);
-  const std::vector<std::string> input_names = graph_input_names(model.graph());
-  const std::vector<std::string> output_names = graph_output_names(model.graph());
+  const onnx::ModelProto proto = read_model(dir / "model.onnx");
+  const CaseModel model{dir / "model.onnx", frozen_list().reasons.contains(name) ? &proto : nullptr,
+                        graph_input_names(proto.graph()), graph_output_names(proto.graph())};
 
   std::vector<fs::path> data_sets;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -219,37 +236,80 @@ void run_case(const fs::path& dir) {
   // elsewhere, the reference ops where no fast kernel serves).
   for (Schedule schedule : {Schedule::kReference, Schedule::kDepthWise}) {
     SCOPED_TRACE(to_string(schedule));
-    run_schedule(model_path, schedule, data_sets, input_names, output_names);
+    run_schedule(model, schedule, data_sets);
   }
 }
 
-void run_schedule(const fs::path& model_path, Schedule schedule,
-                  const std::vector<fs::path>& data_sets,
-                  const std::vector<std::string>& input_names,
-                  const std::vector<std::string>& output_names) {
-  std::optional<Engine> engine;
-  try {
-    Options options;
-    options.schedule = schedule;
-    engine = Engine::load(model_path.string(), options);
-  } catch (const Error& e) {
-    FAIL() << "Engine::load failed (" << to_string(e.code()) << "): " << e.what();
+// `model` with every graph input after the first turned into an initializer holding
+// `data_set`'s input_N.pb, written next to the test's temporary files; returns its path.
+fs::path freeze_parameters(const CaseModel& model, const fs::path& data_set) {
+  onnx::ModelProto frozen = *model.freeze;
+  onnx::GraphProto& graph = *frozen.mutable_graph();
+  std::set<std::string> fixed;
+  for (std::size_t n = 1;; ++n) {
+    const fs::path file = data_set / fmt::format("input_{}.pb", n);
+    if (!fs::exists(file)) break;
+    onnx::TensorProto tensor;
+    std::ifstream in(file, std::ios::binary);
+    if (!in || !tensor.ParseFromIstream(&in)) {
+      throw Error(ErrorCode::kInvalidModel, fmt::format("cannot parse {}", file.string()));
+    }
+    const std::string name = pick_name(tensor.name(), n, model.input_names);
+    tensor.set_name(name);
+    *graph.add_initializer() = tensor;
+    fixed.insert(name);
   }
-  Session session = engine->session();
+  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> inputs;
+  for (const onnx::ValueInfoProto& input : graph.input()) {
+    if (!fixed.contains(input.name())) *inputs.Add() = input;
+  }
+  *graph.mutable_input() = inputs;
+  const ::testing::TestInfo& test = *::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path path =
+      fs::temp_directory_path() /
+      fmt::format("sparsecol_{}_{}_{}.onnx", test.name(), data_set.filename().string(), ::getpid());
+  std::ofstream out(path, std::ios::binary);
+  if (!out || !frozen.SerializeToOstream(&out)) {
+    throw Error(ErrorCode::kIoError, fmt::format("cannot write {}", path.string()));
+  }
+  return path;
+}
+
+void run_schedule(const CaseModel& model, Schedule schedule,
+                  const std::vector<fs::path>& data_sets) {
+  Options options;
+  options.schedule = schedule;
+  std::optional<Engine> engine;
+  const auto load = [&](const fs::path& path) {
+    engine.reset();
+    try {
+      engine = Engine::load(path.string(), options);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "Engine::load failed (" << to_string(e.code()) << "): " << e.what();
+    }
+  };
+  if (model.freeze == nullptr) load(model.path);
 
   for (const fs::path& data_set : data_sets) {
     SCOPED_TRACE(data_set.filename().string());
+    if (model.freeze != nullptr) {
+      const fs::path frozen = freeze_parameters(model, data_set);
+      load(frozen);
+      fs::remove(frozen);
+    }
+    if (!engine) return;
     NamedTensors inputs;
-    for (std::size_t n = 0;; ++n) {
+    for (std::size_t n = 0; n == 0 || model.freeze == nullptr; ++n) {
       const fs::path file = data_set / fmt::format("input_{}.pb", n);
       if (!fs::exists(file)) break;
       std::string stored;
       Tensor tensor = read_tensor_proto(file.string(), &stored);
-      const std::string key = pick_name(stored, n, input_names);
+      const std::string key = pick_name(stored, n, model.input_names);
       ASSERT_FALSE(key.empty()) << file << " has no matching graph input (the model has "
-                                << input_names.size() << ")";
+                                << model.input_names.size() << ")";
       inputs[key] = std::move(tensor);
     }
+    Session session = engine->session();
     NamedTensors outputs;
     try {
       outputs = session.run(inputs);
@@ -262,7 +322,7 @@ void run_schedule(const fs::path& model_path, Schedule schedule,
       if (!fs::exists(file)) break;
       std::string stored;
       const Tensor expected = read_tensor_proto(file.string(), &stored);
-      const std::string key = pick_name(stored, n, output_names);
+      const std::string key = pick_name(stored, n, model.output_names);
       auto it = outputs.find(key);
       if (it == outputs.end()) {
         ADD_FAILURE() << "the engine returned no output '" << key << "'";
@@ -296,7 +356,7 @@ void register_test(const char* suite, const std::string& name, std::function<voi
 // ---- the summary ----
 
 void print_summary(const Discovery& found) {
-  int run = 0, passed = 0, failed = 0, skipped = 0;
+  int run = 0, passed = 0, failed = 0, skipped = 0, frozen = 0;
   const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
   for (int i = 0; i < unit.total_test_suite_count(); ++i) {
     const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
@@ -311,14 +371,16 @@ void print_summary(const Discovery& found) {
         ++failed;
       } else {
         ++passed;
+        frozen += frozen_list().reasons.contains(info.name()) ? 1 : 0;
       }
     }
   }
   const int total = static_cast<int>(found.cases.size());
   std::cout << fmt::format(
-      "conformance: {} cases for supported ops, {} passed, {} failed, {} skipped (listed in "
-      "skipped.txt), {} cases need unsupported ops{}\n",
-      total, passed, failed, skipped, found.unsupported_cases,
+      "conformance: {} cases for supported ops, {} passed ({} with their shape inputs frozen, "
+      "frozen.txt), {} failed, {} skipped (listed in skipped.txt), {} cases need unsupported "
+      "ops{}\n",
+      total, passed, frozen, failed, skipped, found.unsupported_cases,
       run == total ? "" : fmt::format(" (filtered: ran {} of {})", run, total));
 
   std::vector<std::pair<std::string, int>> needed(found.missing_op_histogram.begin(),
@@ -355,6 +417,15 @@ int main(int argc, char** argv) {
     for (const auto& [name, reason] : skip_list().reasons) {
       EXPECT_TRUE(found.all_names.contains(name))
           << "skipped.txt lists '" << name << "', which is not a case in " << testdata_dir();
+    }
+  });
+  register_test("ConformanceSetup", "FrozenListNamesExistingCasesNotSkipped", [] {
+    for (const std::string& problem : frozen_list().problems) ADD_FAILURE() << problem;
+    for (const auto& [name, reason] : frozen_list().reasons) {
+      EXPECT_TRUE(found.all_names.contains(name))
+          << "frozen.txt lists '" << name << "', which is not a case in " << testdata_dir();
+      EXPECT_FALSE(skip_list().reasons.contains(name))
+          << "'" << name << "' is in both frozen.txt and skipped.txt";
     }
   });
   for (const fs::path& dir : found.cases) {

@@ -562,6 +562,128 @@ TEST(ReferenceTensor, GatherElementsRejectsOutOfRangeIndicesAndOversizedIndexSha
                ErrorCode::kShapeMismatch, {"no larger"});
 }
 
+// ---- ScatterND ----
+
+// ScatterND by its definition: a copy of data, then each index tuple's slice of data[k:] combined
+// with its slice of updates, tuples in order.
+template <typename T>
+std::vector<T> scatter_nd_by_definition(const std::vector<T>& data,
+                                        const std::vector<int64_t>& shape,
+                                        const std::vector<int64_t>& tuples, std::size_t k,
+                                        const std::vector<T>& updates,
+                                        const std::string& reduction) {
+  std::vector<T> out = data;
+  int64_t slice = 1;
+  for (std::size_t a = k; a < shape.size(); ++a) slice *= shape[a];
+  const std::size_t count =
+      k == 0 ? updates.size() / static_cast<std::size_t>(slice) : tuples.size() / k;
+  for (std::size_t t = 0; t < count; ++t) {
+    std::vector<int64_t> at(shape.size(), 0);
+    for (std::size_t a = 0; a < k; ++a) {
+      const int64_t i = tuples[t * k + a];
+      at[a] = i < 0 ? i + shape[a] : i;
+    }
+    const auto base = static_cast<std::size_t>(ravel(at, shape));
+    for (int64_t j = 0; j < slice; ++j) {
+      T& o = out[base + static_cast<std::size_t>(j)];
+      const T u = updates[t * static_cast<std::size_t>(slice) + static_cast<std::size_t>(j)];
+      o = reduction == "add"   ? o + u
+          : reduction == "mul" ? o * u
+          : reduction == "max" ? std::max(o, u)
+          : reduction == "min" ? std::min(o, u)
+                               : u;
+    }
+  }
+  return out;
+}
+
+TEST(ReferenceTensor, ScatterNdMatchesItsDefinition) {
+  std::mt19937 rng(11);
+  const char* reductions[] = {"none", "add", "mul", "max", "min"};
+  for (int trial = 0; trial < 80; ++trial) {
+    const int rank = static_cast<int>(uniform(rng, 1, 3));
+    const std::vector<int64_t> shape = random_shape(rng, rank, 1, 4);
+    const auto k = static_cast<std::size_t>(uniform(rng, 0, rank));
+    std::vector<int64_t> index_shape =
+        random_shape(rng, static_cast<int>(uniform(rng, 0, 2)), 1, 4);
+    index_shape.push_back(static_cast<int64_t>(k));
+    std::vector<int64_t> tuples(static_cast<std::size_t>(checked_numel(index_shape)));
+    for (std::size_t i = 0; i < tuples.size(); ++i) {
+      const int64_t dim = shape[i % k];
+      tuples[i] = uniform(rng, -dim, dim - 1);  // repeated tuples too
+    }
+    std::vector<int64_t> update_shape(index_shape.begin(), index_shape.end() - 1);
+    update_shape.insert(update_shape.end(), shape.begin() + static_cast<std::ptrdiff_t>(k),
+                        shape.end());
+    const std::string reduction = reductions[trial % std::size(reductions)];
+    const Tensor data = test::random_tensor(shape, static_cast<uint32_t>(2 * trial));
+    const Tensor updates = test::random_tensor(update_shape, static_cast<uint32_t>(2 * trial + 1));
+    // Constant indices are checked at inference, run-time ones by the reference op.
+    const Tensor indices = make<int64_t>(index_shape, tuples);
+    const Tensor y = run1({.op = "ScatterND",
+                           .inputs = {runtime_input(data),
+                                      trial % 3 == 0 ? constant(indices) : runtime_input(indices),
+                                      runtime_input(updates)},
+                           .attrs = {{"reduction", reduction}},
+                           .opset = 16});
+    ASSERT_EQ(y.shape(), shape);
+    EXPECT_EQ(values<float>(y), scatter_nd_by_definition(values<float>(data), shape, tuples, k,
+                                                         values<float>(updates), reduction))
+        << "trial " << trial << ", " << reduction << ", k " << k;
+  }
+}
+
+TEST(ReferenceTensor, ScatterNdAddsIntegersAndAssignsAnyDtype) {
+  const Tensor data = make<int64_t>({4}, {1, 2, 3, 4});
+  const Tensor indices = make<int64_t>({3, 1}, {3, -1, 0});
+  const Tensor y = run1({.op = "ScatterND",
+                         .inputs = {runtime_input(data), runtime_input(indices),
+                                    runtime_input(make<int64_t>({3}, {10, 20, 30}))},
+                         .attrs = {{"reduction", std::string("add")}},
+                         .opset = 16});
+  EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{31, 2, 3, 34}));
+  const Tensor flags = make<bool>({2, 2}, {false, false, false, false});
+  const Tensor z = run1({.op = "ScatterND",
+                         .inputs = {runtime_input(flags), runtime_input(make<int64_t>({1, 1}, {1})),
+                                    runtime_input(make<bool>({1, 2}, {true, false}))}});
+  EXPECT_EQ(values<bool>(z), (std::vector<bool>{false, false, true, false}));
+}
+
+TEST(ReferenceTensor, ScatterNdRejectsBadIndicesShapesAndReductions) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {2, 3});
+  const Tensor row = Tensor::zeros(DType::kFloat32, {1, 3});
+  expect_error(
+      {.op = "ScatterND",
+       .inputs = {runtime_input(x), runtime_input(make<int64_t>({1, 1}, {2})), runtime_input(row)}},
+      ErrorCode::kInvalidArgument, {"index 2", "tuple 0", "out of range [-2, 1]"});
+  expect_error({.op = "ScatterND",
+                .inputs = {runtime_input(x), constant(make<int64_t>({1, 2}, {0, -4})),
+                           runtime_input(Tensor::zeros(DType::kFloat32, {1}))}},
+               ErrorCode::kInvalidModel, {"index -4", "component 1"});
+  expect_error({.op = "ScatterND",
+                .inputs = {runtime_input(x), runtime_input(make<int64_t>({1, 1}, {0})),
+                           runtime_input(Tensor::zeros(DType::kFloat32, {1, 2}))}},
+               ErrorCode::kShapeMismatch, {"updates have shape [1, 2], expected [1, 3]"});
+  expect_error({.op = "ScatterND",
+                .inputs = {runtime_input(x), runtime_input(make<int64_t>({1, 3}, {0, 0, 0})),
+                           runtime_input(Tensor::zeros(DType::kFloat32, {1}))}},
+               ErrorCode::kShapeMismatch, {"no longer than the rank"});
+  expect_error(
+      {.op = "ScatterND",
+       .inputs = {runtime_input(x), runtime_input(make<int32_t>({1, 1}, {0})), runtime_input(row)}},
+      ErrorCode::kUnsupported, {"input 1", "int64"});
+  expect_error({.op = "ScatterND",
+                .inputs = {runtime_input(x), runtime_input(make<int64_t>({1, 1}, {0})),
+                           runtime_input(Tensor::zeros(DType::kInt64, {1, 3}))}},
+               ErrorCode::kDtypeMismatch, {"updates are int64 but data is float32"});
+  expect_error(
+      {.op = "ScatterND",
+       .inputs = {runtime_input(x), runtime_input(make<int64_t>({1, 1}, {0})), runtime_input(row)},
+       .attrs = {{"reduction", std::string("sum")}},
+       .opset = 16},
+      ErrorCode::kInvalidModel, {"reduction 'sum'"});
+}
+
 // ---- Reshape, Flatten, Squeeze, Unsqueeze ----
 
 std::vector<int64_t> reshaped_shape(const Tensor& x, const std::vector<int64_t>& target,
@@ -866,6 +988,114 @@ TEST(ReferenceTensor, RangeCountsLikeCeilingDivision) {
       {.op = "Range",
        .inputs = {constant(int_scalar(0)), constant(int_scalar(1)), constant(int_scalar(0))}},
       ErrorCode::kInvalidModel, {"delta"});
+}
+
+// ---- Resize ----
+
+Tensor resize(const Tensor& x, const std::vector<int64_t>& sizes, const std::string& mode,
+              const std::string& coordinates, const std::string& nearest_mode = "floor") {
+  return run1({.op = "Resize",
+               .inputs = {runtime_input(x), omitted(), omitted(), constant(ints(sizes))},
+               .attrs = {{"mode", mode},
+                         {"coordinate_transformation_mode", coordinates},
+                         {"nearest_mode", nearest_mode}}});
+}
+
+// Bilinear resizing of N x C x H x W to the sizes' H x W, written out as PyTorch's
+// interpolate(mode="bilinear") documents it: per axis the source coordinate, its two neighbours
+// clamped to the edge, and the weights 1 - t and t.
+TEST(ReferenceTensor, ResizeLinearMatchesBilinearInterpolation) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 24; ++trial) {
+    const std::vector<int64_t> in = {uniform(rng, 1, 2), uniform(rng, 1, 3), uniform(rng, 1, 9),
+                                     uniform(rng, 1, 9)};
+    const std::vector<int64_t> out = {in[0], in[1], uniform(rng, 1, 20), uniform(rng, 1, 20)};
+    const bool align = trial % 2 == 1;
+    const Tensor x = test::random_tensor(in, static_cast<uint32_t>(trial));
+    const Tensor y = resize(x, out, "linear", align ? "align_corners" : "half_pixel");
+    ASSERT_EQ(y.shape(), out);
+    const auto taps = [&](int64_t o, int64_t in_len, int64_t out_len) {
+      const double s =
+          align ? (out_len == 1 ? 0.0 : static_cast<double>(o * (in_len - 1)) / (out_len - 1))
+                : (o + 0.5) * in_len / out_len - 0.5;
+      const double lo = std::floor(s);
+      const auto clamp = [&](double i) { return std::clamp<int64_t>(int64_t(i), 0, in_len - 1); };
+      return std::tuple{clamp(lo), clamp(lo + 1), s - lo};
+    };
+    for (int64_t p = 0; p < in[0] * in[1]; ++p) {
+      const float* plane = x.data<float>() + p * in[2] * in[3];
+      for (int64_t r = 0; r < out[2]; ++r) {
+        for (int64_t c = 0; c < out[3]; ++c) {
+          const auto [r0, r1, tr] = taps(r, in[2], out[2]);
+          const auto [c0, c1, tc] = taps(c, in[3], out[3]);
+          const auto at = [&](int64_t i, int64_t j) { return double(plane[i * in[3] + j]); };
+          const double want = (1 - tr) * ((1 - tc) * at(r0, c0) + tc * at(r0, c1)) +
+                              tr * ((1 - tc) * at(r1, c0) + tc * at(r1, c1));
+          const float got = y.data<float>()[(p * out[2] + r) * out[3] + c];
+          ASSERT_NEAR(got, want, 1e-5) << "trial " << trial << " (" << r << ", " << c << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST(ReferenceTensor, ResizeNearestPicksTheElementItsRoundingNames) {
+  // 1-D, 4 -> 10 (scale 2.5), asymmetric: output o reads input o / 2.5 rounded per mode.
+  const Tensor x = floats({4}, {10, 11, 12, 13});
+  const std::vector<std::pair<std::string, std::vector<float>>> modes = {
+      {"floor", {10, 10, 10, 11, 11, 12, 12, 12, 13, 13}},
+      {"ceil", {10, 11, 11, 12, 12, 12, 13, 13, 13, 13}},
+      {"round_prefer_floor", {10, 10, 11, 11, 12, 12, 12, 13, 13, 13}},
+      {"round_prefer_ceil", {10, 10, 11, 11, 12, 12, 12, 13, 13, 13}},
+  };
+  for (const auto& [mode, want] : modes) {
+    EXPECT_EQ(values<float>(resize(x, {10}, "nearest", "asymmetric", mode)), want) << mode;
+  }
+  // Ties: 4 -> 8 asymmetric reads input o / 2, halves at odd o.
+  EXPECT_EQ(values<float>(resize(x, {8}, "nearest", "asymmetric", "round_prefer_floor")),
+            (std::vector<float>{10, 10, 11, 11, 12, 12, 13, 13}));
+  EXPECT_EQ(values<float>(resize(x, {8}, "nearest", "asymmetric", "round_prefer_ceil")),
+            (std::vector<float>{10, 11, 11, 12, 12, 13, 13, 13}));
+}
+
+TEST(ReferenceTensor, ResizeScalesGiveFlooredLengths) {
+  const Tensor x = test::random_tensor({1, 2, 5, 7}, 3);
+  Tensor scales = floats({4}, {1.0f, 1.0f, 0.5f, 2.3f});
+  const Tensor y = run1({.op = "Resize",
+                         .inputs = {runtime_input(x), omitted(), constant(scales)},
+                         .attrs = {{"mode", std::string("nearest")}}});
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{1, 2, 2, 16}));
+}
+
+TEST(ReferenceTensor, ResizeRejectsBadScalesSizesModesAndDtypes) {
+  const Tensor x = Tensor::zeros(DType::kFloat32, {1, 1, 2, 2});
+  const Tensor scales = floats({4}, {1, 1, 2, 2});
+  const Tensor sizes = ints({1, 1, 4, 4});
+  const auto resize_with = [&](std::vector<Operand> inputs,
+                               std::map<std::string, graph::AttrValue> attrs = {}) {
+    return OpSpec{.op = "Resize", .inputs = std::move(inputs), .attrs = std::move(attrs)};
+  };
+  expect_error(resize_with({runtime_input(x), omitted(), constant(scales), constant(sizes)}),
+               ErrorCode::kInvalidModel, {"exactly one of scales", "sizes"});
+  expect_error(resize_with({runtime_input(x)}), ErrorCode::kInvalidModel, {"exactly one"});
+  expect_error(resize_with({runtime_input(x), omitted(), constant(floats({2}, {2, 2}))}),
+               ErrorCode::kInvalidModel, {"scales must be 4 float32 values", "got 2"});
+  expect_error(resize_with({runtime_input(x), omitted(), constant(floats({4}, {1, 1, 0, 2}))}),
+               ErrorCode::kInvalidModel, {"scale 0 of axis 2", "positive"});
+  expect_error(resize_with({runtime_input(x), omitted(), omitted(), constant(ints({1, 1, 4}))}),
+               ErrorCode::kInvalidModel, {"sizes must be 4 int64 values"});
+  expect_error(resize_with({runtime_input(x), omitted(), omitted(), constant(ints({1, 1, -1, 4}))}),
+               ErrorCode::kShapeMismatch, {"sizes [1, 1, -1, 4]", "axis 2"});
+  expect_error(
+      resize_with({runtime_input(x), omitted(), constant(scales)}, {{"mode", std::string("area")}}),
+      ErrorCode::kUnsupported, {"mode 'area' is not supported", "nearest, linear, cubic"});
+  expect_error(resize_with({runtime_input(x), omitted(), constant(scales)},
+                           {{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}),
+               ErrorCode::kInvalidModel, {"tf_crop_and_resize needs roi (input 1)"});
+  expect_error(resize_with({runtime_input(ints({1, 2})), omitted(), constant(floats({1}, {2}))}),
+               ErrorCode::kUnsupported, {"input 0"});
+  expect_error(resize_with({runtime_input(x), omitted(), runtime_input(scales)}),
+               ErrorCode::kUnsupported, {"scales (input 2) must be a constant"});
 }
 
 // ---- DepthToSpace, SpaceToDepth ----

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "graph/ops_tensor.h"
+#include "reference/resize.h"
 #include "reference/tensor.h"
 #include "runtime/reference/reference_ops.h"
 
@@ -421,6 +422,81 @@ void run_cumsum(RefOpContext& ctx) {
   });
 }
 
+// An attribute's value among its enumerators (inference refused any other value).
+template <typename Enum>
+Enum attr_enum(const RefOpContext& ctx, const char* attr, const char* fallback,
+               std::initializer_list<std::pair<const char*, Enum>> values) {
+  const std::string value = ctx.node.attr_string(attr, fallback);
+  for (const auto& [name, e] : values) {
+    if (value == name) return e;
+  }
+  ctx.fail(ErrorCode::kUnsupported, fmt::format("{} '{}' is not supported", attr, value));
+}
+
+void run_resize(RefOpContext& ctx) {
+  const Tensor& in = input(ctx, 0);
+  const graph::ResizeSpec spec =
+      graph::resolve_resize(site(ctx), in.shape(), optional_input(ctx, 1), optional_input(ctx, 2),
+                            optional_input(ctx, 3));
+  Tensor& out = checked_output(ctx, 0, DType::kFloat32, spec.out);
+  using kernels::NearestRounding;
+  using kernels::ResizeCoordinates;
+  using kernels::ResizeMode;
+  kernels::ResizeParams params;
+  params.mode = attr_enum<ResizeMode>(ctx, "mode", "nearest",
+                                      {{"nearest", ResizeMode::kNearest},
+                                       {"linear", ResizeMode::kLinear},
+                                       {"cubic", ResizeMode::kCubic}});
+  params.coordinates =
+      attr_enum<ResizeCoordinates>(ctx, "coordinate_transformation_mode", "half_pixel",
+                                   {{"half_pixel", ResizeCoordinates::kHalfPixel},
+                                    {"pytorch_half_pixel", ResizeCoordinates::kPytorchHalfPixel},
+                                    {"align_corners", ResizeCoordinates::kAlignCorners},
+                                    {"asymmetric", ResizeCoordinates::kAsymmetric},
+                                    {"tf_half_pixel_for_nn", ResizeCoordinates::kTfHalfPixelForNn},
+                                    {"tf_crop_and_resize", ResizeCoordinates::kTfCropAndResize}});
+  params.nearest =
+      attr_enum<NearestRounding>(ctx, "nearest_mode", "round_prefer_floor",
+                                 {{"round_prefer_floor", NearestRounding::kRoundPreferFloor},
+                                  {"round_prefer_ceil", NearestRounding::kRoundPreferCeil},
+                                  {"floor", NearestRounding::kFloor},
+                                  {"ceil", NearestRounding::kCeil}});
+  params.cubic_coeff_a = ctx.node.attr_float("cubic_coeff_a", -0.75f);
+  params.exclude_outside = ctx.node.attr_int("exclude_outside", 0) != 0;
+  params.extrapolation_value = ctx.node.attr_float("extrapolation_value", 0.0f);
+  params.scales = spec.scales;
+  params.roi = spec.roi;
+  kernels::resize(in.data<float>(), in.shape(), out.data<float>(), out.shape(), params);
+}
+
+void run_scatter_nd(RefOpContext& ctx) {
+  const Tensor& data = input(ctx, 0);
+  const Tensor& indices = input(ctx, 1);
+  const Tensor& updates = input(ctx, 2);  // of data's dtype (infer_scatter_nd)
+  const graph::ScatterNdSlices slices =
+      graph::resolve_scatter_nd(site(ctx), data.shape(), indices.shape(), updates.shape(), &indices,
+                                ErrorCode::kInvalidArgument);
+  Tensor& out = checked_output(ctx, 0, data.dtype(), data.shape());
+  std::memcpy(out.raw_data(), data.raw_data(), data.nbytes());
+  using kernels::ScatterReduction;
+  const ScatterReduction reduction = attr_enum<ScatterReduction>(ctx, "reduction", "none",
+                                                                 {{"none", ScatterReduction::kNone},
+                                                                  {"add", ScatterReduction::kAdd},
+                                                                  {"mul", ScatterReduction::kMul},
+                                                                  {"max", ScatterReduction::kMax},
+                                                                  {"min", ScatterReduction::kMin}});
+  if (reduction == ScatterReduction::kNone) {  // any dtype: bytes moved as they are
+    kernels::scatter_nd(out.raw_data(), slices.offsets, slices.slice, updates.raw_data(),
+                        dtype_size(data.dtype()));
+    return;
+  }
+  visit_arithmetic(ctx, data.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    kernels::scatter_nd_reduce<T>(out.data<T>(), slices.offsets, slices.slice, updates.data<T>(),
+                                  reduction);
+  });
+}
+
 void run_eye_like(RefOpContext& ctx) {
   const Tensor& in = input(ctx, 0);
   Tensor& out = output(ctx, 0);
@@ -492,6 +568,8 @@ constexpr RefOp kTensorReferenceOps[] = {
     {"Pad", run_pad},
     {"Range", run_range},
     {"Reshape", run_copy},
+    {"Resize", run_resize},
+    {"ScatterND", run_scatter_nd},
     {"Shape", run_shape},
     {"Size", run_size},
     {"Slice", run_slice},
