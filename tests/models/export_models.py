@@ -133,6 +133,57 @@ class BertEncoder(nn.Module):
 # ---- random parameters that keep the signal alive ----
 
 
+class SmallSegmenter(nn.Module):
+    """A segmentation net in miniature: a stride-4 conv encoder, a 1x1 classifier, a
+    nearest-upsampled skip from stride 2, and bilinear upsampling to the input's size (ONNX
+    Resize, its sizes computed from the input's shape as torch exports F.interpolate(size=...))."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.head = nn.Conv2d(32, classes, 1)
+        self.skip = nn.Conv2d(16, classes, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.bn1(self.conv1(x)))
+        b = torch.relu(self.bn2(self.conv2(a)))
+        y = nn.functional.interpolate(self.head(b), scale_factor=2, mode="nearest") + self.skip(a)
+        return nn.functional.interpolate(y, size=x.shape[-2:], mode="bilinear",
+                                         align_corners=False)
+
+
+class VitTiny(nn.Module):
+    """torchvision's VisionTransformer in miniature (96x96 images, 8x8 patches: 145 tokens, enough
+    for the depth-wise plan's token columns; 2 layers): its class token is expanded to the batch
+    (Expand to a shape computed from Shape(x))."""
+
+    def __init__(self):
+        super().__init__()
+        self.vit = torchvision.models.vision_transformer.VisionTransformer(
+            image_size=96, patch_size=8, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128,
+            num_classes=10)
+
+    def forward(self, x):
+        # With autograd off (as main() sets it) nn.MultiheadAttention takes its fused fast path,
+        # which PyTorch 1.13 cannot export; with it on, the exportable one.
+        with torch.enable_grad():
+            return self.vit(x)
+
+
+def build_vit(gen):
+    """VitTiny, its head random: torchvision zero-initializes it, so every output would be 0."""
+    model = VitTiny()
+    with torch.no_grad():
+        head = model.vit.heads.head.weight
+        head.copy_(0.1 * torch.randn(head.shape, generator=gen))
+        model.vit.class_token.copy_(torch.randn(model.vit.class_token.shape, generator=gen))
+    model.eval()
+    return model
+
+
 def randomize_batchnorm(model, calibration_input, gen):
     """Gives every BatchNorm2d perturbed statistics of its real eval-mode input (see the module
     docstring for why) and random affine parameters."""
@@ -255,6 +306,10 @@ MODELS = {
                          "resnet50"),
     "mobilenet_v2_s80": Spec(build_cnn(MOBILENET_V2, IMAGE, 0.80), IMAGE, False,
                              MOBILENET_RECORDED, "mobilenet_v2"),
+    "vit_tiny": Spec(build_vit, (3, 96, 96), False,
+                     ["vit.conv_proj", "vit.encoder.layers.encoder_layer_0"]),
+    "small_segmenter": Spec(build_cnn(SmallSegmenter, (3, 64, 64)), (3, 64, 64), False,
+                            ["head", "skip"]),
 }
 
 
