@@ -736,7 +736,7 @@ ResizeSpec resolve_resize(const InferContext& ctx, const std::vector<int64_t>& i
   const Node& node = ctx.node();
   const auto one_of = [&](const char* attr, const char* fallback,
                           std::initializer_list<const char*> allowed) {
-    const std::string value = node.attr_string(attr, fallback);
+    std::string value = node.attr_string(attr, fallback);
     for (const char* a : allowed) {
       if (value == a) return value;
     }

@@ -265,9 +265,8 @@ fs::path freeze_parameters(const CaseModel& model, const fs::path& data_set) {
   }
   *graph.mutable_input() = inputs;
   const ::testing::TestInfo& test = *::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path path =
-      fs::temp_directory_path() /
-      fmt::format("sparsecol_{}_{}_{}.onnx", test.name(), data_set.filename().string(), ::getpid());
+  fs::path path = fs::temp_directory_path() / fmt::format("sparsecol_{}_{}_{}.onnx", test.name(),
+                                                          data_set.filename().string(), ::getpid());
   std::ofstream out(path, std::ios::binary);
   if (!out || !frozen.SerializeToOstream(&out)) {
     throw Error(ErrorCode::kIoError, fmt::format("cannot write {}", path.string()));
