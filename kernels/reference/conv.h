@@ -24,4 +24,11 @@ struct ConvShape {
 void conv_reference(const float* src, const float* weight, const float* bias, float* dst,
                     const ConvShape& shape);
 
+// dst = conv_transpose(src, weight) + bias (ONNX ConvTranspose): weight is IC x (OC / groups) x
+// [KD x] [KH x] KW; the window's in_size is src's and out_size dst's, and input position i adds
+// to output position i * stride + k * dilation - pad_begin through tap k. Sums in double, each
+// output plane in one fixed order.
+void conv_transpose_reference(const float* src, const float* weight, const float* bias, float* dst,
+                              const ConvShape& shape);
+
 }  // namespace sparsecol::kernels::reference

@@ -168,36 +168,48 @@ std::vector<int64_t> PoolParams::output_shape() const {
   return shape;
 }
 
-ConvParams parse_conv(const Graph& graph, const Node& node, const std::vector<int64_t>& x_shape,
-                      const std::vector<int64_t>& w_shape,
-                      const std::optional<std::vector<int64_t>>& bias_shape) {
-  std::vector<int64_t> in_size = spatial_dims(graph, node, x_shape);
+namespace {
+
+// What Conv and ConvTranspose share: X [N, C, spatial...]; W of X's rank, [M, C / group,
+// kernel...] for Conv and [C, M / group, kernel...] for ConvTranspose (kernel_shape, when given,
+// equal to its kernel); the group dividing C and M; B, when given, [M]. The window is left to the
+// caller; `kernel` receives the kernel.
+ConvParams parse_conv_weight(const Graph& graph, const Node& node,
+                             const std::vector<int64_t>& x_shape,
+                             const std::vector<int64_t>& w_shape,
+                             const std::optional<std::vector<int64_t>>& bias_shape, bool transposed,
+                             std::vector<int64_t>& kernel) {
+  const char* layout = transposed ? "[C, M / group, kernel...]" : "[M, C / group, kernel...]";
   if (w_shape.size() != x_shape.size()) {
     fail(graph, node, ErrorCode::kShapeMismatch,
-         fmt::format("weight W must be [M, C / group, kernel...] of rank {} like X {}, got {}",
-                     x_shape.size(), dims(x_shape), dims(w_shape)));
+         fmt::format("weight W must be {} of rank {} like X {}, got {}", layout, x_shape.size(),
+                     dims(x_shape), dims(w_shape)));
   }
   ConvParams p;
   p.batch = x_shape[0];
   p.in_channels = x_shape[1];
-  p.out_channels = w_shape[0];
   p.group = node.attr_int("group", 1);
-  if (p.group < 1) {
+  if (p.group < 1 || p.group > kMaxWindowAttr) {
     fail(graph, node, ErrorCode::kInvalidModel,
          fmt::format("attribute group = {} must be at least 1", p.group));
   }
   // Compared by division: W.shape[1] * group could overflow.
-  if (p.in_channels % p.group != 0 || p.in_channels / p.group != w_shape[1]) {
+  const bool channels_fit =
+      transposed ? w_shape[0] == p.in_channels && p.in_channels % p.group == 0
+                 : p.in_channels % p.group == 0 && p.in_channels / p.group == w_shape[1];
+  if (!channels_fit) {
     fail(graph, node, ErrorCode::kShapeMismatch,
-         fmt::format("X {} has {} channels, but W {} with group {} needs C == W.shape[1] * group",
-                     dims(x_shape), p.in_channels, dims(w_shape), p.group));
+         fmt::format("X {} has {} channels, but W {} with group {} needs C == {}", dims(x_shape),
+                     p.in_channels, dims(w_shape), p.group,
+                     transposed ? "W.shape[0], a multiple of group" : "W.shape[1] * group"));
   }
+  p.out_channels = transposed ? checked_mul(graph, node, w_shape[1], p.group) : w_shape[0];
   if (p.out_channels % p.group != 0) {
     fail(graph, node, ErrorCode::kShapeMismatch,
          fmt::format("W {} has {} output channels, not a multiple of group {}", dims(w_shape),
                      p.out_channels, p.group));
   }
-  std::vector<int64_t> kernel(w_shape.begin() + 2, w_shape.end());
+  kernel.assign(w_shape.begin() + 2, w_shape.end());
   for (int64_t k : kernel) {
     if (k < 1 || k > kMaxWindowAttr) {
       fail(graph, node, ErrorCode::kShapeMismatch,
@@ -214,7 +226,97 @@ ConvParams parse_conv(const Graph& graph, const Node& node, const std::vector<in
          fmt::format("bias B must be [{}] (one value per output channel), got {}", p.out_channels,
                      dims(*bias_shape)));
   }
+  return p;
+}
+
+}  // namespace
+
+ConvParams parse_conv(const Graph& graph, const Node& node, const std::vector<int64_t>& x_shape,
+                      const std::vector<int64_t>& w_shape,
+                      const std::optional<std::vector<int64_t>>& bias_shape) {
+  std::vector<int64_t> in_size = spatial_dims(graph, node, x_shape);
+  std::vector<int64_t> kernel;
+  ConvParams p = parse_conv_weight(graph, node, x_shape, w_shape, bias_shape, false, kernel);
   p.window = parse_window(graph, node, std::move(in_size), std::move(kernel), false);
+  return p;
+}
+
+ConvParams parse_conv_transpose(const Graph& graph, const Node& node,
+                                const std::vector<int64_t>& x_shape,
+                                const std::vector<int64_t>& w_shape,
+                                const std::optional<std::vector<int64_t>>& bias_shape) {
+  std::vector<int64_t> in_size = spatial_dims(graph, node, x_shape);
+  const std::size_t rank = in_size.size();
+  std::vector<int64_t> kernel;
+  ConvParams p = parse_conv_weight(graph, node, x_shape, w_shape, bias_shape, true, kernel);
+  WindowParams& w = p.window;
+  w.strides = window_attr(graph, node, "strides", rank, 1, 1);
+  w.dilations = window_attr(graph, node, "dilations", rank, 1, 1);
+  const std::vector<int64_t> output_padding =
+      window_attr(graph, node, "output_padding", rank, 0, 0);
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" &&
+      auto_pad != "SAME_LOWER") {
+    fail(graph, node, ErrorCode::kInvalidModel,
+         fmt::format("attribute auto_pad = '{}': expected NOTSET, SAME_UPPER, SAME_LOWER or VALID",
+                     auto_pad));
+  }
+  // output_shape: the spatial sizes, or (as some exporters write it) N, M and then those.
+  std::vector<int64_t> wanted = node.attr_ints("output_shape", {});
+  if (wanted.size() == rank + 2) wanted.erase(wanted.begin(), wanted.begin() + 2);
+  if (!wanted.empty() && wanted.size() != rank) {
+    fail(graph, node, ErrorCode::kInvalidModel,
+         fmt::format("attribute output_shape = {} must have one value per spatial dimension ({})",
+                     dims(node.attr_ints("output_shape", {})), rank));
+  }
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  std::vector<int64_t> pads(2 * rank, 0);
+  if (auto_pad == "NOTSET" && wanted.empty())
+    pads = window_attr(graph, node, "pads", 2 * rank, 0, 0);
+  w.pads_begin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(rank));
+  w.pads_end.assign(pads.begin() + static_cast<std::ptrdiff_t>(rank), pads.end());
+  w.out_size.resize(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    if (output_padding[i] >= std::max(w.strides[i], w.dilations[i])) {
+      fail(graph, node, ErrorCode::kInvalidModel,
+           fmt::format("attribute output_padding = {} must be less than the stride or the dilation "
+                       "of its dimension",
+                       dims(output_padding)));
+    }
+    const int64_t extent = (kernel[i] - 1) * w.dilations[i] + 1;  // the dilated kernel
+    // The length the input spreads over before any padding is taken off.
+    const int64_t full =
+        checked_add(graph, node,
+                    checked_add(graph, node, checked_mul(graph, node, w.strides[i], in_size[i] - 1),
+                                output_padding[i]),
+                    extent);
+    if (!wanted.empty() || same) {
+      // ONNX's formulas: the output length asked for (output_shape, or input x stride for
+      // SAME_*), the padding the difference, its odd unit at the end for SAME_UPPER and at the
+      // beginning otherwise. An output longer than the input gives pads the difference below
+      // zero: halved rounding down (as ONNX's reference, in Python), so NOTSET extends the end
+      // with zeros (plus the bias).
+      const int64_t out = !wanted.empty() ? wanted[i] : in_size[i] * w.strides[i];
+      if (out < 0) {
+        fail(graph, node, ErrorCode::kInvalidModel,
+             fmt::format("attribute output_shape = {} has a negative length", dims(wanted)));
+      }
+      const int64_t total = full - out;
+      const int64_t half = total >= 0 ? total / 2 : -((1 - total) / 2);  // floor(total / 2)
+      w.pads_begin[i] = auto_pad == "SAME_UPPER" ? half : total - half;
+      w.pads_end[i] = total - w.pads_begin[i];
+      w.out_size[i] = out;
+      continue;
+    }
+    w.out_size[i] = full - w.pads_begin[i] - w.pads_end[i];
+    if (w.out_size[i] < 0) {
+      fail(graph, node, ErrorCode::kShapeMismatch,
+           fmt::format("spatial dimension {}: pads {} + {} exceed the {} elements input {} gives",
+                       i, w.pads_begin[i], w.pads_end[i], full, dims(x_shape)));
+    }
+  }
+  w.in_size = std::move(in_size);
+  w.kernel = std::move(kernel);
   return p;
 }
 

@@ -40,6 +40,15 @@ ConvParams parse_conv(const Graph& graph, const Node& node, const std::vector<in
                       const std::vector<int64_t>& w_shape,
                       const std::optional<std::vector<int64_t>>& bias_shape = std::nullopt);
 
+// ConvTranspose: X is [N, C, spatial...] with 1 to 3 spatial dimensions, W is [C, M / group,
+// kernel...], the optional bias [M]. The window describes the output: out_size from
+// output_shape, auto_pad or pads (ONNX's formulas), in_size X's; input position i reaches output
+// position i * stride + k * dilation - pads_begin through tap k.
+ConvParams parse_conv_transpose(
+    const Graph& graph, const Node& node, const std::vector<int64_t>& x_shape,
+    const std::vector<int64_t>& w_shape,
+    const std::optional<std::vector<int64_t>>& bias_shape = std::nullopt);
+
 struct PoolParams {
   int64_t batch = 0;
   int64_t channels = 0;

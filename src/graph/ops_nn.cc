@@ -38,6 +38,13 @@ void infer_conv(InferContext& ctx) {
   ctx.set_output(0, DType::kFloat32, p.output_shape());
 }
 
+void infer_conv_transpose(InferContext& ctx) {
+  expect_float_op(ctx, 2, 3);
+  const ConvParams p = parse_conv_transpose(ctx.graph(), ctx.node(), ctx.shape(0), ctx.shape(1),
+                                            optional_shape(ctx, 2));
+  ctx.set_output(0, DType::kFloat32, p.output_shape());
+}
+
 void infer_pool(InferContext& ctx) {
   expect_float_op(ctx, 1, 1);
   ctx.set_output(0, DType::kFloat32,
@@ -103,6 +110,7 @@ constexpr OpDef kNnOps[] = {
     {"AveragePool", infer_pool},
     {"BatchNormalization", infer_batch_norm},
     {"Conv", infer_conv},
+    {"ConvTranspose", infer_conv_transpose},
     {"Gemm", infer_gemm},
     {"GlobalAveragePool", infer_global_pool},
     {"GlobalMaxPool", infer_global_pool},

@@ -134,9 +134,10 @@ class BertEncoder(nn.Module):
 
 
 class SmallSegmenter(nn.Module):
-    """A segmentation net in miniature: a stride-4 conv encoder, a 1x1 classifier, a
-    nearest-upsampled skip from stride 2, and bilinear upsampling to the input's size (ONNX
-    Resize, its sizes computed from the input's shape as torch exports F.interpolate(size=...))."""
+    """A segmentation net in miniature: a stride-4 conv encoder, a 1x1 classifier upsampled to
+    stride 2 by a transposed convolution (ConvTranspose) and added to a skip from there, then
+    bilinear upsampling to the input's size (ONNX Resize, its sizes computed from the input's
+    shape as torch exports F.interpolate(size=...))."""
 
     def __init__(self, classes=5):
         super().__init__()
@@ -146,11 +147,12 @@ class SmallSegmenter(nn.Module):
         self.bn2 = nn.BatchNorm2d(32)
         self.head = nn.Conv2d(32, classes, 1)
         self.skip = nn.Conv2d(16, classes, 1)
+        self.up = nn.ConvTranspose2d(classes, classes, 4, stride=2, padding=1)
 
     def forward(self, x):
         a = torch.relu(self.bn1(self.conv1(x)))
         b = torch.relu(self.bn2(self.conv2(a)))
-        y = nn.functional.interpolate(self.head(b), scale_factor=2, mode="nearest") + self.skip(a)
+        y = self.up(self.head(b)) + self.skip(a)
         return nn.functional.interpolate(y, size=x.shape[-2:], mode="bilinear",
                                          align_corners=False)
 
@@ -309,7 +311,7 @@ MODELS = {
     "vit_tiny": Spec(build_vit, (3, 96, 96), False,
                      ["vit.conv_proj", "vit.encoder.layers.encoder_layer_0"]),
     "small_segmenter": Spec(build_cnn(SmallSegmenter, (3, 64, 64)), (3, 64, 64), False,
-                            ["head", "skip"]),
+                            ["head", "up"]),
 }
 
 

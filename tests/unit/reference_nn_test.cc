@@ -276,6 +276,141 @@ TEST_P(ConvRandomized, MatchesIm2colMatmul) {
 
 INSTANTIATE_TEST_SUITE_P(SpatialRank, ConvRandomized, ::testing::Values(1, 2, 3));
 
+// ---- ConvTranspose ----
+
+double dot(const Tensor& a, const Tensor& b) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    sum += static_cast<double>(a.data<float>()[i]) * static_cast<double>(b.data<float>()[i]);
+  }
+  return sum;
+}
+
+class ConvTransposeRandomized : public ::testing::TestWithParam<std::size_t> {};
+
+// A transposed convolution is the adjoint of the convolution with the same weight, strides,
+// pads, dilations and groups (W [C, M / group, kernel...] is Conv's [out, in / group, kernel...]
+// from M channels to C): <conv_transpose(x), z> == <x, conv(z)> for every x and z. With
+// output_padding below the stride, conv maps the transposed output's size back onto x's.
+TEST_P(ConvTransposeRandomized, IsTheAdjointOfConv) {
+  const std::size_t rank = GetParam();
+  std::mt19937 rng(4321 + static_cast<uint32_t>(rank));
+  int checked = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    ConvCase c = random_conv_case(rng, rank);
+    Shape output_padding, out;
+    for (std::size_t d = 0; d < rank; ++d) {
+      c.in[d] = std::uniform_int_distribution<int64_t>(1, rank == 3 ? 3 : 5)(rng);
+      output_padding.push_back(std::uniform_int_distribution<int64_t>(0, c.strides[d] - 1)(rng));
+      const int64_t extent = (c.kernel[d] - 1) * c.dilations[d] + 1;
+      out.push_back(c.strides[d] * (c.in[d] - 1) + output_padding[d] + extent - c.pads[d] -
+                    c.pads[d + rank]);
+    }
+    if (*std::min_element(out.begin(), out.end()) < 1) continue;  // padded away entirely
+    Shape x_shape = {c.batch, c.groups * c.ic_per_group};
+    x_shape.insert(x_shape.end(), c.in.begin(), c.in.end());
+    Shape w_shape = {c.groups * c.ic_per_group, c.oc_per_group};
+    w_shape.insert(w_shape.end(), c.kernel.begin(), c.kernel.end());
+    Shape y_shape = {c.batch, c.groups * c.oc_per_group};
+    y_shape.insert(y_shape.end(), out.begin(), out.end());
+    const uint32_t seed = static_cast<uint32_t>(trial) * 3;
+    const Tensor x = random_tensor(x_shape, seed);
+    const Tensor w = random_tensor(w_shape, seed + 1);
+    const Tensor z = random_tensor(y_shape, seed + 2);
+    const Attrs attrs = {
+        {"strides", c.strides}, {"dilations", c.dilations}, {"pads", c.pads}, {"group", c.groups}};
+    const Tensor y = OneNode("ConvTranspose")
+                         .in(x)
+                         .in(w)
+                         .attrs(attrs)
+                         .attr("output_padding", output_padding)
+                         .run1();
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << " x " << x_shape.size() << "-d, group " << c.groups);
+    ASSERT_EQ(y.shape(), y_shape);
+    const Tensor back = OneNode("Conv").in(z).in(w).attrs(attrs).run1();
+    ASSERT_EQ(back.shape(), x_shape);
+    const double lhs = dot(y, z), rhs = dot(x, back);
+    EXPECT_NEAR(lhs, rhs, 1e-5 * (1.0 + std::abs(rhs)));
+    ++checked;
+  }
+  EXPECT_GE(checked, 20) << "most trials padded their output away";
+}
+
+INSTANTIATE_TEST_SUITE_P(SpatialRank, ConvTransposeRandomized, ::testing::Values(1, 2, 3));
+
+// x = [1, 2, 3], W = [1, 1], stride 2: each input element writes two outputs, [1 1 2 2 3 3].
+TEST(ConvTranspose, PadsOutputShapeAutoPadAndBiasPlaceTheOutput) {
+  const Tensor x = from_values({1, 1, 3}, {1, 2, 3});
+  const Tensor w = from_values({1, 1, 2}, {1, 1});
+  const Tensor b = from_values({1}, {10});
+  const auto run = [&](const Attrs& attrs, bool bias = false) {
+    OneNode node("ConvTranspose");
+    node.in(x).in(w).attr("strides", Shape{2}).attrs(attrs);
+    if (bias) node.in(b);
+    return values(node.run1());
+  };
+  EXPECT_EQ(run({}), (std::vector<float>{1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(run({}, true), (std::vector<float>{11, 11, 12, 12, 13, 13}));
+  EXPECT_EQ(run({{"pads", Shape{1, 0}}}), (std::vector<float>{1, 2, 2, 3, 3}));
+  EXPECT_EQ(run({{"output_padding", Shape{1}}}), (std::vector<float>{1, 1, 2, 2, 3, 3, 0}));
+  // output_shape beyond the 6 the input gives: ONNX's padding formula, rounding down, puts the
+  // first extra element at the end, the second at the beginning.
+  EXPECT_EQ(run({{"output_shape", Shape{7}}}), (std::vector<float>{1, 1, 2, 2, 3, 3, 0}));
+  EXPECT_EQ(run({{"output_shape", Shape{8}}}, true),
+            (std::vector<float>{10, 11, 11, 12, 12, 13, 13, 10}));
+  EXPECT_EQ(run({{"output_shape", Shape{4}}}), (std::vector<float>{1, 2, 2, 3}));
+  EXPECT_EQ(run({{"auto_pad", std::string("SAME_UPPER")}}), (std::vector<float>{1, 1, 2, 2, 3, 3}));
+}
+
+TEST(ConvTranspose, ShapeErrorsNameExpectedAndActual) {
+  const Tensor x = random_tensor({1, 4, 5, 5}, 1);
+  expect_error(
+      [&] {
+        OneNode("ConvTranspose").in(x).in(random_tensor({3, 2, 3, 3}, 2)).infer();
+      },
+      ErrorCode::kShapeMismatch,
+      {"node 'n' (ConvTranspose)", "has 4 channels", "W [3, 2, 3, 3]", "W.shape[0]"});
+  expect_error(
+      [&] {
+        OneNode("ConvTranspose")
+            .in(x)
+            .in(random_tensor({4, 2, 3, 3}, 2))
+            .in(random_tensor({3}, 3))
+            .attr("group", int64_t{2})
+            .infer();
+      },
+      ErrorCode::kShapeMismatch, {"bias B must be [4]"});
+  expect_error(
+      [&] {
+        OneNode("ConvTranspose")
+            .in(x)
+            .in(random_tensor({4, 2, 3, 3}, 2))
+            .attr("strides", Shape{2, 2})
+            .attr("output_padding", Shape{2, 0})
+            .infer();
+      },
+      ErrorCode::kInvalidModel, {"output_padding = [2, 0]", "less than the stride"});
+  expect_error(
+      [&] {
+        OneNode("ConvTranspose")
+            .in(x)
+            .in(random_tensor({4, 2, 3, 3}, 2))
+            .attr("output_shape", Shape{9})
+            .infer();
+      },
+      ErrorCode::kInvalidModel, {"output_shape = [9]", "one value per spatial dimension"});
+  expect_error(
+      [&] {
+        OneNode("ConvTranspose")
+            .in(x)
+            .in(random_tensor({4, 2, 3, 3}, 2))
+            .attr("pads", Shape{4, 0, 4, 0})
+            .infer();
+      },
+      ErrorCode::kShapeMismatch, {"spatial dimension 0", "pads 4 + 4 exceed the 7 elements"});
+}
+
 TEST(Conv, DepthwiseMatchesPerChannelConvolution) {
   // Depthwise (group == channels) equals running each channel as its own 1-channel conv.
   const int64_t channels = 5;

@@ -121,6 +121,14 @@ void run_conv(RefOpContext& ctx) {
                       output(ctx, 0, p.output_shape()), shape);
 }
 
+void run_conv_transpose(RefOpContext& ctx) {
+  const graph::ConvParams p = graph::parse_conv_transpose(
+      ctx.graph, ctx.node, input(ctx, 0).shape(), input(ctx, 1).shape(), optional_shape(ctx, 2));
+  const ref::ConvShape shape{p.batch, p.in_channels, p.out_channels, p.group, to_window(p.window)};
+  ref::conv_transpose_reference(floats(ctx, 0), floats(ctx, 1), floats(ctx, 2),
+                                output(ctx, 0, p.output_shape()), shape);
+}
+
 ref::PoolShape pool_shape(const RefOpContext& ctx, Shape* out_shape) {
   const graph::PoolParams p = graph::parse_pool(ctx.graph, ctx.node, input(ctx, 0).shape());
   *out_shape = p.output_shape();
@@ -236,6 +244,7 @@ constexpr RefOp kNnReferenceOps[] = {
     {"AveragePool", run_average_pool},
     {"BatchNormalization", run_batch_norm},
     {"Conv", run_conv},
+    {"ConvTranspose", run_conv_transpose},
     {"Gemm", run_gemm},
     {"GlobalAveragePool", run_global_pool<ref::global_average_pool_reference>},
     {"GlobalMaxPool", run_global_pool<ref::global_max_pool_reference>},
