@@ -241,7 +241,7 @@ void run_case(const fs::path& dir) {
 }
 
 // `model` with every graph input after the first turned into an initializer holding
-// `data_set`'s input_N.pb, written next to the test's temporary files; returns its path.
+// `data_set`'s input_N.pb, written to the temporary directory (the caller removes it).
 fs::path freeze_parameters(const CaseModel& model, const fs::path& data_set) {
   onnx::ModelProto frozen = *model.freeze;
   onnx::GraphProto& graph = *frozen.mutable_graph();
