@@ -365,50 +365,26 @@ TEST(ConvTranspose, PadsOutputShapeAutoPadAndBiasPlaceTheOutput) {
 
 TEST(ConvTranspose, ShapeErrorsNameExpectedAndActual) {
   const Tensor x = random_tensor({1, 4, 5, 5}, 1);
-  expect_error(
-      [&] {
-        OneNode("ConvTranspose").in(x).in(random_tensor({3, 2, 3, 3}, 2)).infer();
-      },
-      ErrorCode::kShapeMismatch,
-      {"node 'n' (ConvTranspose)", "has 4 channels", "W [3, 2, 3, 3]", "W.shape[0]"});
-  expect_error(
-      [&] {
-        OneNode("ConvTranspose")
-            .in(x)
-            .in(random_tensor({4, 2, 3, 3}, 2))
-            .in(random_tensor({3}, 3))
-            .attr("group", int64_t{2})
-            .infer();
-      },
-      ErrorCode::kShapeMismatch, {"bias B must be [4]"});
-  expect_error(
-      [&] {
-        OneNode("ConvTranspose")
-            .in(x)
-            .in(random_tensor({4, 2, 3, 3}, 2))
-            .attr("strides", Shape{2, 2})
-            .attr("output_padding", Shape{2, 0})
-            .infer();
-      },
-      ErrorCode::kInvalidModel, {"output_padding = [2, 0]", "less than the stride"});
-  expect_error(
-      [&] {
-        OneNode("ConvTranspose")
-            .in(x)
-            .in(random_tensor({4, 2, 3, 3}, 2))
-            .attr("output_shape", Shape{9})
-            .infer();
-      },
-      ErrorCode::kInvalidModel, {"output_shape = [9]", "one value per spatial dimension"});
-  expect_error(
-      [&] {
-        OneNode("ConvTranspose")
-            .in(x)
-            .in(random_tensor({4, 2, 3, 3}, 2))
-            .attr("pads", Shape{4, 0, 4, 0})
-            .infer();
-      },
-      ErrorCode::kShapeMismatch, {"spatial dimension 0", "pads 4 + 4 exceed the 7 elements"});
+  // Inference of ConvTranspose on x with a weight of `w_shape`, the attributes and a bias.
+  const auto infer = [&](const Shape& w_shape, const Attrs& attrs, const Tensor* bias = nullptr) {
+    return [&, w_shape, attrs, bias] {
+      OneNode node("ConvTranspose");
+      node.in(x).in(random_tensor(w_shape, 2)).attrs(attrs);
+      if (bias != nullptr) node.in(*bias);
+      node.infer();
+    };
+  };
+  expect_error(infer({3, 2, 3, 3}, {}), ErrorCode::kShapeMismatch,
+               {"node 'n' (ConvTranspose)", "has 4 channels", "W [3, 2, 3, 3]", "W.shape[0]"});
+  const Tensor bias = random_tensor({3}, 3);
+  expect_error(infer({4, 2, 3, 3}, {{"group", int64_t{2}}}, &bias), ErrorCode::kShapeMismatch,
+               {"bias B must be [4]"});
+  expect_error(infer({4, 2, 3, 3}, {{"strides", Shape{2, 2}}, {"output_padding", Shape{2, 0}}}),
+               ErrorCode::kInvalidModel, {"output_padding = [2, 0]", "less than the stride"});
+  expect_error(infer({4, 2, 3, 3}, {{"output_shape", Shape{9}}}), ErrorCode::kInvalidModel,
+               {"output_shape = [9]", "one value per spatial dimension"});
+  expect_error(infer({4, 2, 3, 3}, {{"pads", Shape{4, 0, 4, 0}}}), ErrorCode::kShapeMismatch,
+               {"spatial dimension 0", "pads 4 + 4 exceed the 7 elements"});
 }
 
 TEST(Conv, DepthwiseMatchesPerChannelConvolution) {
