@@ -23,6 +23,7 @@ namespace sparsecol::kernels {
 struct PackedConv::Impl {
   enum class Kind {
     kGemm1x1,
+    kGemmGathered1x1,
     kIm2colGemm,
     kImplicitGemm,
     kDepthwise,
@@ -71,8 +72,8 @@ struct PackedConv::Impl {
 
   bool is_sparse() const { return !sparse.empty(); }
   bool is_gemm() const {
-    return kind == Kind::kGemm1x1 || kind == Kind::kIm2colGemm || kind == Kind::kImplicitGemm ||
-           kind == Kind::kPhaseGemm;
+    return kind == Kind::kGemm1x1 || kind == Kind::kGemmGathered1x1 || kind == Kind::kIm2colGemm ||
+           kind == Kind::kImplicitGemm || kind == Kind::kPhaseGemm;
   }
 };
 
@@ -310,7 +311,7 @@ void pack_sparse(const ConvGeometry& g, const float* weight, PackedConv::Impl& i
   auto b_row = [&](int64_t c, int64_t ky, int64_t kx) -> int64_t& {
     return offsets[static_cast<std::size_t>((c * g.kernel_h + ky) * g.kernel_w + kx)];
   };
-  const bool strided_pointwise = gathers_strided_pointwise(g);
+  const bool strided_pointwise = impl.kind == Kind::kGemmGathered1x1;
   if (impl.kind == Kind::kGemm1x1 || strided_pointwise) {
     // B row c is input plane c, planes b_plane apart (see sparse_conv_rows): the input tensor's
     // own when its planes are whole cache lines apart, else the region's pixels copied (gathered,
@@ -549,11 +550,14 @@ PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const 
     impl->kind = Impl::Kind::kDepthwise;
     impl->weight.assign(weight, weight + g.out_c * taps);
   } else {
-    impl->kind = is_pointwise(g) ? Impl::Kind::kGemm1x1 : Impl::Kind::kIm2colGemm;
+    impl->kind = is_pointwise(g)                ? Impl::Kind::kGemm1x1
+                 : gathers_strided_pointwise(g) ? Impl::Kind::kGemmGathered1x1
+                                                : Impl::Kind::kIm2colGemm;
     if (impl->sparsity >= resolve_sparse_threshold(sparse_threshold, SparseLayerKind::kConv)) {
       impl->sparse_isa = std::min(isa, active_isa());
       pack_sparse(g, weight, *impl);
-    } else if (reads_taps_in_place(g) || reads_tap_phases(g)) {
+    } else if (impl->kind == Impl::Kind::kIm2colGemm &&
+               (reads_taps_in_place(g) || reads_tap_phases(g))) {
       pack_implicit_gemm(g, weight, std::min(isa, active_isa()), *impl);
     } else {
       const int64_t oc_per_group = g.out_c / g.groups;
@@ -591,7 +595,10 @@ int64_t PackedConv::packed_bytes() const {
 std::string PackedConv::implementation() const {
   switch (impl_->kind) {
     case Impl::Kind::kGemm1x1:
-      return fmt::format("gemm-1x1/{}", to_string(impl_->groups.front().isa()));
+    case Impl::Kind::kGemmGathered1x1:
+      return fmt::format("gemm-1x1{}/{}",
+                         impl_->kind == Impl::Kind::kGemmGathered1x1 ? "-gathered" : "",
+                         to_string(impl_->groups.front().isa()));
     case Impl::Kind::kIm2colGemm:
       return fmt::format("im2col-gemm-{}x{}/{}", geometry_.kernel_h, geometry_.kernel_w,
                          to_string(impl_->groups.front().isa()));
@@ -619,7 +626,8 @@ std::string PackedConv::implementation() const {
 }
 
 bool runs_on_phase_planes(const ConvGeometry& g) {
-  return !is_depthwise(g) && !is_pointwise(g) && g.in_c < kMinTapChannels;
+  return !is_depthwise(g) && !is_pointwise(g) && !gathers_strided_pointwise(g) &&
+         g.in_c < kMinTapChannels;
 }
 
 bool sparse_phases_shifted(Isa isa) { return isa != Isa::kAvx2; }
@@ -690,6 +698,23 @@ void finish_row(const float* acc, const float* residual, int64_t n, const Epilog
   if (e.post_residual == Activation::kNone) return;
   for (int64_t x = 0; x < n; ++x) {
     dst[x] = apply_activation(e.post_residual, dst[x], e.clip_min, e.clip_max);
+  }
+}
+
+// The pixels that output rows [oh_begin, oh_end) of a 1x1 layer read, channel by channel, into
+// planes `plane` floats apart: the rows' run copied at stride 1, gathered at a larger stride.
+void copy_pointwise_pixels(const ConvGeometry& g, const PlaneView& src, int64_t oh_begin,
+                           int64_t oh_end, float* planes, int64_t plane) {
+  const float* in = src.data + (oh_begin * g.stride_h - src.row0) * g.in_w;
+  const int64_t rows = oh_end - oh_begin;
+  for (int64_t c = 0; c < g.in_c; ++c) {
+    const float* from = in + c * src.plane_stride;
+    float* to = planes + c * plane;
+    if (g.stride_h == 1 && g.stride_w == 1) {
+      std::memcpy(to, from, static_cast<std::size_t>(rows * g.out_w) * sizeof(float));
+    } else {
+      gather_rows(from, g.stride_h * g.in_w, g.stride_w, rows, 0, g.out_w, g.out_w, to, g.out_w);
+    }
   }
 }
 
@@ -785,16 +810,7 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
     // tensors, bench/spmm_bench.cc, one thread, Zen 5, three alternated runs; most of it the
     // alignment: 1.1x of it the blocks, on 1024->256).
     float* planes = aligned_scratch(scratch, g.in_c * impl.b_plane);
-    for (int64_t c = 0; c < g.in_c; ++c) {
-      const float* from = in + c * src.plane_stride;
-      float* to = planes + c * impl.b_plane;
-      if (impl.kind == Kind::kSpmm1x1) {
-        std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
-        continue;
-      }
-      gather_rows(from, g.stride_h * g.in_w, g.stride_w, oh_end - oh_begin, 0, g.out_w, g.out_w, to,
-                  g.out_w);
-    }
+    copy_pointwise_pixels(g, src, oh_begin, oh_end, planes, impl.b_plane);
     product(planes, n, out, dst.plane_stride, e, packed);
     return;
   }
@@ -935,12 +951,24 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
     });
     return;
   }
-  if (impl.kind == PackedConv::Impl::Kind::kGemm1x1) {
+  if (impl.kind == PackedConv::Impl::Kind::kGemm1x1 ||
+      impl.kind == PackedConv::Impl::Kind::kGemmGathered1x1) {
+    // A strided layer's B: the pixels it reads gathered into planes of their own, so that it runs
+    // the stride-1 product. The implicit GEMM over its one stride phase (the same copy, then one
+    // tap per block of channels through C) ran ResNet-50's downsample layers 1.4-1.6x slower
+    // (bench/spmm_bench.cc, dense, one thread, Zen 3).
+    const int64_t n = (oh_end - oh_begin) * g.out_w;
+    const float* in = src.data + (oh_begin - src.row0) * g.in_w;
+    int64_t plane = src.plane_stride;
+    if (impl.kind == PackedConv::Impl::Kind::kGemmGathered1x1) {
+      plane = round_up_to_line(n);
+      float* planes = aligned_scratch(scratch, g.in_c * plane);
+      copy_pointwise_pixels(g, src, oh_begin, oh_end, planes, plane);
+      in = planes;
+    }
     for (int64_t group = 0; group < g.groups; ++group) {
-      const float* b =
-          src.data + group * ic_per_group * src.plane_stride + (oh_begin - src.row0) * g.in_w;
       gemm_rows(group, oh_begin, [&](const PackedA& a, const Epilogue& e, float* c) {
-        gemm_packed(a, b, src.plane_stride, c, dst.plane_stride, (oh_end - oh_begin) * g.out_w, e);
+        gemm_packed(a, in + group * ic_per_group * plane, plane, c, dst.plane_stride, n, e);
       });
     }
     return;
@@ -1061,7 +1089,8 @@ bool stacks_images(const ConvGeometry& g, bool sparse) {
     return false;
   }
   if (sparse) return is_pointwise(g);  // kSpmm1x1
-  return is_pointwise(g) || reads_taps_in_place(g) || reads_tap_phases(g);
+  return is_pointwise(g) || gathers_strided_pointwise(g) || reads_taps_in_place(g) ||
+         reads_tap_phases(g);
 }
 
 bool PackedConv::may_overwrite_residual() const {
@@ -1072,6 +1101,7 @@ bool PackedConv::may_overwrite_residual() const {
     case Impl::Kind::kSpmmPhases:
       return true;  // products into scratch, then finish_row adds the residual element-wise
     case Impl::Kind::kGemm1x1:
+    case Impl::Kind::kGemmGathered1x1:
       return gemm_packed_writes_c_once(geometry_.in_c / geometry_.groups,
                                        impl_->groups.front().isa());
     default:  // tap blocks, im2col chunks and depthwise rows: not established, so not claimed

@@ -4,7 +4,8 @@
 // into 16 consecutive pixels of a channel plane, and because a tile of output rows of an NCHW
 // image is a contiguous run of each plane: the depth-wise schedule's tiles need no gather.
 // Implementations, chosen at packing time from the geometry and the weight's sparsity:
-//  - 1x1, stride 1: a GEMM of weights [OC x IC] by the input planes [IC x H*W];
+//  - 1x1, stride 1: a GEMM of weights [OC x IC] by the input planes [IC x H*W]; strided 1x1
+//    without padding: the same GEMM over the pixels it reads, gathered ("gemm-1x1-gathered");
 //  - depthwise (groups == in_c == out_c): a per-channel direct kernel (always dense: 9 weights
 //    per channel leave nothing for a sparse format to skip);
 //  - one group, stride 1, rows as wide in as out (ResNet-50's 3x3 layers): an implicit GEMM
@@ -58,12 +59,14 @@ void conv_input_rows(const ConvGeometry& g, int64_t oh_begin, int64_t oh_end, in
                      int64_t* last);
 
 // A 1x1 convolution with stride > 1 whose taps all fall inside the image (ResNet-50's downsample
-// layers). Sparse, it gathers the pixels it reads into dense planes and runs the stride-1 1x1
-// product over them ("spmm-1x1-gathered"), instead of the phase lowering, which copies all
-// stride_h x stride_w phase planes of which the taps read one, in chunks of a few rows that each
-// stream the weights again: ResNet-50 90% pruned's three downsample layers ran 2-3x faster
-// (batch 16, 2 threads, interleaved runs of the same binary with and without; 2-core Zen 3).
-// Scratch: in_c x out_h x out_w floats, of which a call touches its own rows.
+// layers). It gathers the pixels it reads into dense planes and runs the stride-1 1x1 product
+// over them, dense ("gemm-1x1-gathered") or sparse ("spmm-1x1-gathered"). Sparse, that replaced
+// the phase lowering, which copies all stride_h x stride_w phase planes of which the taps read
+// one, in chunks of a few rows that each stream the weights again: ResNet-50 90% pruned's three
+// downsample layers ran 2-3x faster (batch 16, 2 threads, interleaved runs of the same binary
+// with and without; 2-core Zen 3). Dense, it replaced the implicit GEMM over the one phase (see
+// dense_conv_rows in conv.cc). Scratch: in_c x out_h x out_w floats, of which a call touches its
+// own rows.
 bool gathers_strided_pointwise(const ConvGeometry& g);
 
 // Whether the sparse phase lowering at `isa` packs shifted where its rows pad to the vector
@@ -78,11 +81,12 @@ bool gathers_strided_pointwise(const ConvGeometry& g);
 bool sparse_phases_shifted(Isa isa);
 
 // A dense convolution with too few input channels for the implicit GEMM (fewer than 16: the
-// stems of ResNet-50 and MobileNetV2, 3 channels) and not 1x1 or depthwise. It runs the GEMM over
-// zero-padded planes of a chunk of its input rows split by stride phase, each B row (channel,
-// tap) read at its offset there ("phase-gemm"), instead of an im2col that copies the input once
-// per tap. Scratch per output row: (in_c x stride_h x stride_w + out_c / groups) x phase_w
-// floats, phase_w being out_w plus the taps' reach in phase columns.
+// stems of ResNet-50 and MobileNetV2, 3 channels), not depthwise and not a 1x1 layer that reads
+// its input in place or gathered. It runs the GEMM over zero-padded planes of a chunk of its
+// input rows split by stride phase, each B row (channel, tap) read at its offset there
+// ("phase-gemm"), instead of an im2col that copies the input once per tap. Scratch per output
+// row: (in_c x stride_h x stride_w + out_c / groups) x phase_w floats, phase_w being out_w plus
+// the taps' reach in phase columns.
 bool runs_on_phase_planes(const ConvGeometry& g);
 
 // Where a kernel reads or writes one image: `data` points at row `row0` of channel 0; channel c's
@@ -106,9 +110,9 @@ inline PlaneView from_channel(const PlaneView& v, int64_t c) {
 inline constexpr int64_t kStackedPlanePixels = 64;
 
 // Whether conv2d_images stacks the images of a convolution of this geometry, packed dense or
-// sparse, rather than running them one by one: 1x1 stride-1 layers, and dense layers that run as
-// implicit GEMMs, whose input has exactly stride_h rows per output row, on output planes of at
-// most kStackedPlanePixels pixels.
+// sparse, rather than running them one by one: 1x1 stride-1 layers, and dense strided 1x1 layers
+// and dense layers that run as implicit GEMMs, whose input has exactly stride_h rows per output
+// row, on output planes of at most kStackedPlanePixels pixels.
 bool stacks_images(const ConvGeometry& g, bool sparse);
 
 // Weights (and bias) packed once at load for the implementation the geometry selects.

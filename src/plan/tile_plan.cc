@@ -672,8 +672,8 @@ std::optional<TileOp> make_tile_op(const graph::Graph& graph, int node_index, st
     if (depthwise) {
       // One channel's padded input rows at a time (kernels/f32-dwconv).
       op.scratch_bytes_per_row = p.window.strides[0] * (p.window.in_size[1] + 2 * 8) * 4;
-    } else if (op.sparse && kernels::gathers_strided_pointwise(runtime::conv_geometry(p))) {
-      // The gathered input pixels of the rows (f32-conv/conv.h), no chunks.
+    } else if (kernels::gathers_strided_pointwise(runtime::conv_geometry(p))) {
+      // The gathered input pixels of the rows (f32-conv/conv.h), dense or sparse, no chunks.
       op.scratch_bytes_per_row = p.in_channels * op.width * 4;
     } else if (!pointwise &&
                (op.sparse || kernels::runs_on_phase_planes(runtime::conv_geometry(p)))) {

@@ -14,6 +14,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -232,7 +233,8 @@ TEST(ConvTest, PicksImplementationByGeometry) {
     return kernels::PackedConv(make_geometry(c), w.data(), nullptr).implementation();
   };
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 1, 0, 1, 1}).rfind("gemm-1x1/", 0), 0u);
-  EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 2, 0, 1, 1}).rfind("implicit-gemm-1x1/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 2, 0, 1, 1}).rfind("gemm-1x1-gathered/", 0), 0u);
+  EXPECT_EQ(impl({"", 64, 64, 8, 8, 1, 2, 1, 1, 1}).rfind("implicit-gemm-1x1/", 0), 0u);  // pad
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 1, 1, 1}).rfind("implicit-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 2, 1, 1, 1}).rfind("implicit-gemm-3x3/", 0), 0u);
   EXPECT_EQ(impl({"", 64, 64, 8, 8, 3, 1, 0, 1, 1}).rfind("im2col-gemm-3x3/", 0), 0u);  // narrower
@@ -381,26 +383,29 @@ struct RandomRows {
   }
 };
 
-// Dense layers of one kind ("implicit-gemm" or "phase-gemm") on one ISA tier, over random
-// geometries: kernel sizes and dilations per axis, strides up to 3 per axis, paddings drawn apart
-// on every side (the left one anywhere in the taps' width), widths around the micro-kernels'
-// strips (8 to 64 columns); the channels and groups come from `set_channels`. A random row
-// range is read from a tile buffer holding exactly its input rows (a read past them is an ASan
-// error on the portable tier) and written into a whole tensor whose other rows must stay
-// untouched. The implicit GEMM takes stride phases only where no phase row is wider than an
-// output row, so `phase_rows_fit` draws until that holds.
+// Dense layers of one kind ("implicit-gemm", "phase-gemm" or "gemm-1x1-gathered") on one ISA
+// tier, over random geometries: kernel sizes and dilations per axis (1x1 only for the gathered
+// kind, always strided), strides up to 3 per axis, paddings drawn apart on every side (the left
+// one anywhere in the taps' width), widths around the micro-kernels' strips (8 to 64 columns);
+// the channels and groups come from `set_channels`. A random row range is read from a tile
+// buffer holding exactly its input rows (a read past them is an ASan error on the portable
+// tier) and written into a whole tensor whose other rows must stay untouched. The implicit GEMM
+// takes stride phases only where no phase row is wider than an output row, so `phase_rows_fit`
+// draws until that holds, and a strided 1x1 layer without padding is gathered, so it draws
+// again there.
 void expect_random_dense_convs_match(
     kernels::Isa isa, const char* kind, bool phase_rows_fit, int trials, std::mt19937& rng,
     const std::function<void(ConvGeometry&, int trial)>& set_channels) {
   auto draw = [&](int64_t lo, int64_t hi) { return draw_between(rng, lo, hi); };
+  const bool gathered = std::string_view(kind) == "gemm-1x1-gathered";
   for (int trial = 0; trial < trials; ++trial) {
     ConvGeometry g;
     set_channels(g, trial);
-    const bool strided = trial % 2 == 1;
+    const bool strided = gathered || trial % 2 == 1;
     int64_t pad_bottom = 0;
     do {
-      g.kernel_h = draw(1, 5);
-      g.kernel_w = g.kernel_h == 1 && !strided ? draw(2, 5) : draw(1, 5);
+      g.kernel_h = gathered ? 1 : draw(1, 5);
+      g.kernel_w = gathered ? 1 : g.kernel_h == 1 && !strided ? draw(2, 5) : draw(1, 5);
       g.stride_h = strided ? draw(1, 3) : 1;
       g.stride_w = strided ? (g.stride_h == 1 ? draw(2, 3) : draw(1, 3)) : 1;
       g.dilation_h = draw(1, 2);
@@ -415,7 +420,8 @@ void expect_random_dense_convs_match(
       g.in_w = std::max<int64_t>(span_w - g.pad_left - pad_right, 1) + draw(0, 70);
       g.out_h = (g.in_h + g.pad_top + pad_bottom - span_h) / g.stride_h + 1;
       g.out_w = (g.in_w + g.pad_left + pad_right - span_w) / g.stride_w + 1;
-    } while (phase_rows_fit && strided && (g.in_w + g.stride_w - 1) / g.stride_w > g.out_w);
+    } while ((phase_rows_fit && strided && (g.in_w + g.stride_w - 1) / g.stride_w > g.out_w) ||
+             (!gathered && kernels::gathers_strided_pointwise(g)));
     SCOPED_TRACE(
         fmt::format("trial {}: c {}->{} groups {} {}x{} k{}x{} s{}x{} d{}x{} pads top {} left {} "
                     "bottom {} -> {}x{}",
@@ -427,7 +433,8 @@ void expect_random_dense_convs_match(
     const Problem p(g, e, with_residual, rng);
     const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), kernels::kAlwaysDense, isa);
     ASSERT_EQ(conv.implementation(),
-              fmt::format("{}-{}x{}/{}", kind, g.kernel_h, g.kernel_w, to_string(isa)));
+              gathered ? fmt::format("{}/{}", kind, to_string(isa))
+                       : fmt::format("{}-{}x{}/{}", kind, g.kernel_h, g.kernel_w, to_string(isa)));
     RandomRows rows(p, rng);
     std::vector<float> scratch;
     kernels::conv2d_rows(conv, rows.src, rows.dst, rows.r0, rows.r1, e, rows.residual_or_null(p),
@@ -460,6 +467,17 @@ TEST_P(DenseConvIsaTest, PhaseGemmMatchesReferenceOnRandomGeometries) {
         g.in_c = g.groups * draw_between(rng, 1, 15 / g.groups);
         g.out_c = g.groups * draw_between(rng, 2, 40 / g.groups);  // never depthwise
       });
+}
+
+// Strided 1x1 layers, 1 to 3 groups, channels past one GEMM panel and short of one.
+TEST_P(DenseConvIsaTest, GatheredGemm1x1MatchesReferenceOnRandomGeometries) {
+  std::mt19937 rng(55);
+  expect_random_dense_convs_match(GetParam(), "gemm-1x1-gathered", false, 60, rng,
+                                  [&](ConvGeometry& g, int) {
+                                    g.groups = draw_between(rng, 1, 3);
+                                    g.in_c = g.groups * draw_between(rng, 1, 40);
+                                    g.out_c = g.groups * draw_between(rng, 1, 30);
+                                  });
 }
 
 SPARSECOL_EVERY_ISA(DenseConvIsaTest);
@@ -525,7 +543,10 @@ TEST_P(StackedConvIsaTest, StackedImagesMatchImageByImageBitForBit) {
                                    kind == 1 ? -1.0 : kernels::kAlwaysDense, isa);
     ASSERT_TRUE(conv.stacks_images()) << conv.implementation();
     if (kind >= 2) {
-      ASSERT_EQ(conv.implementation().rfind("implicit-gemm-", 0), 0u);
+      ASSERT_EQ(
+          conv.implementation().rfind(
+              kernels::gathers_strided_pointwise(g) ? "gemm-1x1-gathered/" : "implicit-gemm-", 0),
+          0u);
     }
     const int64_t granule = conv.channel_granule();
     const int64_t blocks = (g.out_c + granule - 1) / granule;
