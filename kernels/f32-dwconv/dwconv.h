@@ -16,12 +16,13 @@
 // stride-1 kernel on MobileNetV2's shapes (bench/dwconv_bench.cc, one thread): Zen 3 AVX2 about
 // as fast on 7x7 and 14x14 planes (0.97-1.24x) and 1.4-1.6x faster on the larger ones; Zen 5
 // AVX-512 1.2-1.3x at stride 1 (1.9x on 7x7 planes) and 2.7-6.3x at stride 2 (docs/BENCHMARKS.md).
-// Its two 16x16 transposes per vector of outputs were over half its time on Zen 5, so 3x3 stride-1
-// layers with rows at least a vector wide (MobileNetV2's 28- to 112-wide ones) take the flat
-// per-plane kernel instead (dwconv_impl.h, dwconv3x3_flat: no transposes, aligned loads, lane
-// shifts for the side taps): 1.06-1.18x the channel lanes there (one thread, Zen 5). So do the
-// stride-2 ones on AVX-512, their input rows split into even and odd columns first (1.12x on
-// the 112x112 layer, about even on the 56x56 one).
+// Its two 16x16 transposes per vector of outputs were over half its time on Zen 5, so on AVX-512
+// 3x3 stride-1 layers with rows at least a vector wide (MobileNetV2's 28- to 112-wide ones) take
+// the flat per-plane kernel instead (dwconv_impl.h, dwconv3x3_flat: no transposes, aligned loads,
+// lane shifts for the side taps): 1.06-1.18x the channel lanes there (one thread, Zen 5). So do
+// the stride-2 ones, their input rows split into even and odd columns first (1.12x on the
+// 112x112 layer, about even on the 56x56 one). On AVX2 only stride-1 rows of one to two vectors
+// (MobileNetV2's 14x14 layers) do, where the lanes lost reading from L3 (dwconv_impl.h).
 #pragma once
 
 #include <cstdint>

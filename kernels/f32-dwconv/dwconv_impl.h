@@ -364,13 +364,18 @@ inline void dwconv2d_rows_impl(const ConvGeometry& g, const float* weight, const
   // kAuto: the channel-lane kernel wherever it applies and its transposes are tuned (AVX2,
   // AVX-512): 2.4-4.5x the per-plane kernel on MobileNetV2's layers on Zen 3, 1.2-6.3x on Zen 5
   // (bench/dwconv_bench.cc, dwconv.h).
-  // Output rows at least a vector wide go to the flat kernel instead, where it applies: no
-  // transposes. Stride 1: 1.06-1.18x the channel lanes on MobileNetV2's 28- to 112-wide layers
-  // (Zen 5). Stride 2 on AVX-512 only: 1.12x on MobileNetV2's 56-wide output, about even on its
-  // 28-wide one (Zen 4, one thread, medians of six alternated rounds: 164 against 184 us, 68.5
-  // against 69.9 us); with AVX2, whose even/odd split crosses the 128-bit halves, 1.3-1.4x slower
-  // than the lanes.
-  const bool flat = flat3x3_supported(g) && g.out_w >= kLanes && (g.stride_w == 1 || kLanes == 16);
+  // Output rows at least a vector wide go to the flat kernel instead, where it applies and pays:
+  // no transposes. On AVX-512, stride 1: 1.06-1.18x the channel lanes on MobileNetV2's 28- to
+  // 112-wide layers (Zen 5); stride 2: 1.12x on its 56-wide output, about even on its 28-wide
+  // one (Zen 4, one thread, medians of six alternated rounds: 164 against 184 us, 68.5 against
+  // 69.9 us). On AVX2 only stride-1 rows under two vectors wide (MobileNetV2's 14x14 layers):
+  // the lanes ran its 28- to 112-wide stride-1 layers 1.2-1.8x faster than flat (Zen 3, one
+  // thread, one image; 1.1-1.3x per layer in the model at batch 16), but its 14-wide ones
+  // 1.2-1.9x slower from L3 (16 images in turn, and layer by layer in the model at batch 16);
+  // AVX2's even/odd split crosses the 128-bit halves, and its stride-2 flat kernel ran 1.3-1.4x
+  // slower than the lanes.
+  const bool flat = flat3x3_supported(g) && g.out_w >= kLanes &&
+                    (kLanes == 16 || (g.stride_w == 1 && g.out_w < 2 * kLanes));
   const bool lanes = method == DwconvMethod::kChannelLanes ||
                      (method == DwconvMethod::kAuto && kTransposeTuned && !flat);
   const WindowGeometry wg{g.in_h,     g.in_w,    g.out_w,    g.kernel_h,   g.kernel_w,  g.stride_h,
