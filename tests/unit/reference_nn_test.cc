@@ -1042,11 +1042,15 @@ TEST(ReferenceThreads, ResultsDoNotDependOnThreadCount) {
   const Tensor x = random_tensor({2, 16, 20, 20}, 111), w = random_tensor({32, 16, 3, 3}, 112);
   const Tensor a = random_tensor({3, 64, 128}, 113), b = random_tensor({128, 96}, 114);
   const Attrs pads = {{"pads", Shape{1, 1, 1, 1}}};
+  Tensor scales = Tensor::zeros(DType::kFloat32, {4});  // to 2 x 16 x 50 x 45: cubic, 4 taps
+  const std::vector<float> factors = {1.0f, 1.0f, 2.5f, 2.25f};
+  std::copy(factors.begin(), factors.end(), scales.data<float>());
   auto run_all = [&] {
     return std::vector<Tensor>{
         OneNode("Conv").in(x).in(w).attrs(pads).run1(), OneNode("MatMul").in(a).in(b).run1(),
         OneNode("Gemm").in(a.reshaped({192, 128})).in(b).run1(),
-        OneNode("AveragePool").in(x).attr("kernel_shape", Shape{5, 5}).attrs(pads).run1()};
+        OneNode("AveragePool").in(x).attr("kernel_shape", Shape{5, 5}).attrs(pads).run1(),
+        OneNode("Resize").in(x).omitted().in(scales).attr("mode", std::string("cubic")).run1()};
   };
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
