@@ -104,7 +104,8 @@ CommandAction setup(CLI::App& app) {
 }
 
 const bool kRegistered = register_command(
-    {"prune", "Magnitude-prune a model's Conv/Gemm/MatMul weights to a sparsity", 40, setup});
+    {"prune", "Magnitude-prune a model's Conv/ConvTranspose/Gemm/MatMul weights to a sparsity", 40,
+     setup});
 
 }  // namespace
 }  // namespace sparsecol::cli

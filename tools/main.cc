@@ -94,7 +94,8 @@ void write_text_file(const std::string& path, const std::string& text) {
 
 void EngineTuning::add_to(CLI::App& app) {
   app.add_option("--sparse-threshold", sparse_threshold,
-                 "Conv, Gemm and MatMul weights with at least this fraction of exact zeros run "
+                 "Conv, ConvTranspose, Gemm and MatMul weights with at least this fraction of "
+                 "exact zeros run "
                  "through the sparse kernels (negative: the default measured for this machine "
                  "class; above 1: never)")
       ->capture_default_str();

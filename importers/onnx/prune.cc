@@ -133,9 +133,9 @@ class Pruner {
     check_excluded_names_exist();
     if (candidates_.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: nothing to prune: all {} Conv/Gemm/MatMul weights are left "
-                              "dense (first convolution, excluded, depthwise, too small or not "
-                              "float)",
+                  fmt::format("{}: nothing to prune: all {} Conv/ConvTranspose/Gemm/MatMul "
+                              "weights are left dense (first convolution, excluded, depthwise, "
+                              "too small or not float)",
                               source_, report_.layers.size()));
     }
     prune();
@@ -155,8 +155,8 @@ class Pruner {
     }
   }
 
-  // Every Conv, Gemm and MatMul whose weight is a float initializer, in graph order; a weight
-  // shared by several nodes is listed (and pruned) once, under its first node.
+  // Every Conv, ConvTranspose, Gemm and MatMul whose weight is a float initializer, in graph
+  // order; a weight shared by several nodes is listed (and pruned) once, under its first node.
   void find_layers() {
     std::unordered_map<std::string, TensorProto*> initializers;
     for (TensorProto& tensor : *model_.mutable_graph()->mutable_initializer()) {
@@ -167,10 +167,13 @@ class Pruner {
     for (const onnx::NodeProto& node : model_.graph().node()) {
       const std::string& op = node.op_type();
       const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-      if (!default_domain || (op != "Conv" && op != "Gemm" && op != "MatMul")) continue;
-      const bool is_first_conv = op == "Conv" && std::exchange(first_conv, false);
-      // Conv's and Gemm's weight is input 1; MatMul's is whichever input is an initializer
-      // (input 1 as PyTorch exports a Linear, input 0 for W * x).
+      const bool conv = op == "Conv" || op == "ConvTranspose";
+      if (!default_domain || (!conv && op != "Gemm" && op != "MatMul")) continue;
+      // A generator's first ConvTranspose sees the raw input (the latent vector) as a
+      // classifier's first Conv does.
+      const bool is_first_conv = conv && std::exchange(first_conv, false);
+      // Conv's, ConvTranspose's and Gemm's weight is input 1; MatMul's is whichever input is an
+      // initializer (input 1 as PyTorch exports a Linear, input 0 for W * x).
       std::vector<int> weight_inputs = {1};
       if (op == "MatMul") weight_inputs = {1, 0};
       for (int input : weight_inputs) {
@@ -183,8 +186,8 @@ class Pruner {
     }
     if (report_.layers.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: nothing to prune: no Conv, Gemm or MatMul node has a weight "
-                              "stored as an initializer",
+                  fmt::format("{}: nothing to prune: no Conv, ConvTranspose, Gemm or MatMul node "
+                              "has a weight stored as an initializer",
                               source_));
     }
   }

@@ -41,10 +41,10 @@ struct PruneOptions {
   int64_t min_weight_elements = 0;
 };
 
-// One Conv, Gemm or MatMul whose weight is a float initializer.
+// One Conv, ConvTranspose, Gemm or MatMul whose weight is a float initializer.
 struct PrunedLayer {
   std::string node;    // the node's name ("" when the model leaves it unnamed)
-  std::string op;      // "Conv", "Gemm" or "MatMul"
+  std::string op;      // "Conv", "ConvTranspose", "Gemm" or "MatMul"
   std::string weight;  // the initializer's name
   std::vector<int64_t> shape;
   int64_t elements = 0;

@@ -143,7 +143,7 @@ def compare_pruned(sparsecol, folder):
     rc, out = run([sparsecol, "prune", os.path.join(folder, "model.onnx"), pruned,
                    "--sparsity", "0.9"])
     if rc != 0 and "nothing to prune" in out:
-        return "agree (nothing to prune: no Conv, Gemm or MatMul weights)"
+        return "agree (nothing to prune: no Conv, ConvTranspose, Gemm or MatMul weights)"
     if rc != 0:
         return "prune FAIL: " + out.strip().splitlines()[-1][:200]
     rc, out = run([sparsecol, "bench", pruned, "-s", "reference,layerwise,depthwise,onednn",

@@ -19,12 +19,15 @@
 
 #include <fmt/format.h>
 
+#include "../test_util.h"
 #include "conv_oracle.h"
 #include "f32-conv/conv.h"
+#include "f32-conv/conv_transpose.h"
 #include "f32-dwconv/dwconv.h"
 #include "f32-gemm/gemm.h"
 #include "f32-spmm/spmm.h"
 #include "per_isa_test.h"
+#include "reference/conv.h"
 #include "scratch.h"
 #include "sparsecol/sparsecol.h"
 
@@ -804,6 +807,120 @@ TEST_P(DepthwiseConvTest, ChannelLanesMatchPlanesBitForBit) {
 }
 
 SPARSECOL_EVERY_ISA(DepthwiseConvTest);
+
+// ---- ConvTranspose ----
+
+// PackedConvTranspose on each ISA tier, dense and pruned (90% of the weights zero: the sparse
+// kernel where the layer has one group), over random geometries: kernel sizes, strides, dilations
+// and pads per axis, output padding, 1 to 3 groups, with and without bias; every tenth trial
+// wide and tall enough that cols runs in many chunks of input rows. A random range of output
+// channels must match the reference and leave the other channels untouched.
+using ConvTransposeIsaTest = PerIsaTest;
+
+TEST_P(ConvTransposeIsaTest, MatchesReferenceOnRandomGeometries) {
+  const kernels::Isa isa = GetParam();
+  std::mt19937 rng(91);
+  auto draw = [&](int64_t lo, int64_t hi) { return draw_between(rng, lo, hi); };
+  for (int trial = 0; trial < 60; ++trial) {
+    const bool sparse = trial % 2 == 1, large = trial % 10 == 0;
+    ConvGeometry g;
+    g.groups = draw(1, 3);
+    g.in_c = g.groups * draw(1, large ? 12 : 24);
+    g.out_c = g.groups * draw(1, large ? 12 : 20);
+    g.in_h = large ? draw(40, 60) : draw(1, 12);
+    g.in_w = large ? draw(50, 70) : draw(1, 40);
+    g.kernel_h = draw(1, 5);
+    g.kernel_w = draw(1, 5);
+    g.stride_h = draw(1, 3);
+    g.stride_w = draw(1, 3);
+    g.dilation_h = draw(1, 2);
+    g.dilation_w = draw(1, 2);
+    const int64_t reach_h = (g.kernel_h - 1) * g.dilation_h,
+                  reach_w = (g.kernel_w - 1) * g.dilation_w;
+    g.pad_top = draw(0, reach_h);
+    g.pad_left = draw(0, reach_w);
+    // The end pads (leaving at least one output) and the output padding (less than the stride)
+    // only change the output's size.
+    const int64_t full_h = (g.in_h - 1) * g.stride_h + reach_h + 1 - g.pad_top;
+    const int64_t full_w = (g.in_w - 1) * g.stride_w + reach_w + 1 - g.pad_left;
+    g.out_h = full_h - draw(0, std::min(reach_h, full_h - 1)) + draw(0, g.stride_h - 1);
+    g.out_w = full_w - draw(0, std::min(reach_w, full_w - 1)) + draw(0, g.stride_w - 1);
+    SCOPED_TRACE(
+        fmt::format("trial {}: c {}->{} groups {} {}x{} -> {}x{} k{}x{} s{}x{} d{}x{} "
+                    "pads top {} left {}{}",
+                    trial, g.in_c, g.out_c, g.groups, g.in_h, g.in_w, g.out_h, g.out_w, g.kernel_h,
+                    g.kernel_w, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
+                    g.pad_left, sparse ? ", 90% sparse" : ""));
+    const int64_t taps = g.kernel_h * g.kernel_w;
+    const int64_t depth = g.in_c / g.groups * taps;
+    std::vector<float> weight =
+        random_vector(g.in_c * g.out_c / g.groups * taps, 1.0f / std::sqrt(float(depth)), rng);
+    if (sparse) {
+      for (float& w : weight) w = rng() % 10 == 0 ? w : 0.0f;
+    }
+    const std::vector<float> bias = random_vector(g.out_c, 0.5f, rng);
+    const float* b = trial % 3 == 0 ? nullptr : bias.data();
+    const std::vector<float> src = random_vector(g.in_c * g.in_h * g.in_w, 1.0f, rng);
+    const kernels::PackedConvTranspose conv(g, weight.data(), b,
+                                            sparse ? -1.0 : kernels::kAlwaysDense, isa);
+    ASSERT_EQ(
+        conv.implementation(),
+        fmt::format("{}-col2im/{}", sparse && g.groups == 1 ? "spmm" : "gemm", to_string(isa)));
+
+    kernels::reference::ConvShape shape;
+    shape.in_channels = g.in_c;
+    shape.out_channels = g.out_c;
+    shape.groups = g.groups;
+    shape.window.rank = 2;
+    shape.window.in_size = {g.in_h, g.in_w};
+    shape.window.out_size = {g.out_h, g.out_w};
+    shape.window.kernel = {g.kernel_h, g.kernel_w};
+    shape.window.stride = {g.stride_h, g.stride_w};
+    shape.window.dilation = {g.dilation_h, g.dilation_w};
+    shape.window.pad_begin = {g.pad_top, g.pad_left};
+    const int64_t out_plane = g.out_h * g.out_w;
+    std::vector<float> want(static_cast<std::size_t>(g.out_c * out_plane));
+    kernels::reference::conv_transpose_reference(src.data(), weight.data(), b, want.data(), shape);
+
+    const int64_t granule = conv.channel_granule();
+    const int64_t blocks = (g.out_c + granule - 1) / granule;
+    const int64_t oc_begin = draw(0, blocks - 1) * granule;
+    const int64_t oc_end = std::min(g.out_c, draw(oc_begin / granule + 1, blocks) * granule);
+    std::vector<float> got(want.size(), kSentinel), scratch;
+    kernels::conv_transpose2d_image(conv, src.data(), got.data(), oc_begin, oc_end, scratch);
+    const float tolerance = 2e-5f * std::sqrt(static_cast<float>(depth)) + 1e-5f;
+    for (int64_t c = 0; c < g.out_c; ++c) {
+      const bool inside = c >= oc_begin && c < oc_end;
+      for (int64_t i = 0; i < out_plane; ++i) {
+        const auto at = static_cast<std::size_t>(c * out_plane + i);
+        if (!inside) {
+          ASSERT_EQ(got[at], kSentinel) << "channel " << c << " outside [" << oc_begin << ", "
+                                        << oc_end << ") written at " << i;
+        } else {
+          ASSERT_NEAR(got[at], want[at], tolerance) << "channel " << c << ", pixel " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ConvTransposeTest, RefusesChannelRangesOffItsGranuleAndBadGeometries) {
+  ConvGeometry g{8, 4, 4, 6, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1};
+  const std::vector<float> weight(8 * 6 * 9, 0.5f);
+  const kernels::PackedConvTranspose conv(g, weight.data(), nullptr, kernels::kAlwaysDense);
+  std::vector<float> src(8 * 16), dst(6 * 64), scratch;
+  const int64_t granule = conv.channel_granule();
+  ASSERT_GT(granule, 1) << conv.implementation();  // 9 taps: panels of 6 rows need 2 channels
+  test::expect_error(
+      [&] { kernels::conv_transpose2d_image(conv, src.data(), dst.data(), 1, 6, scratch); },
+      ErrorCode::kInvalidArgument, {"[1, 6)", "steps of 2"});
+  ConvGeometry grouped = g;
+  grouped.groups = 4;  // 6 output channels do not split into 4 groups
+  test::expect_error([&] { kernels::PackedConvTranspose(grouped, weight.data(), nullptr); },
+                     ErrorCode::kInvalidArgument, {"6 in 4 groups"});
+}
+
+SPARSECOL_EVERY_ISA(ConvTransposeIsaTest);
 
 }  // namespace
 }  // namespace sparsecol::testing

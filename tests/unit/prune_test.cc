@@ -274,6 +274,60 @@ TEST_F(PruneTest, PrunedFilePassesTheCheckerAndRunsInTheEngine) {
   EXPECT_TRUE(test::tensors_near(run(output_), run(by_hand), 0, 0));
 }
 
+// ConvTranspose weights are pruned as Conv's are, and the first convolution of either kind (a
+// generator's, fed the latent vector) stays dense by default. The engine then runs the pruned
+// transposed convolution on the sparse kernel, with the results of the same zeros put in by hand
+// and run dense.
+TEST_F(PruneTest, ConvTransposeWeightsArePrunedAndTheFirstStaysDense) {
+  auto generator = [](const std::map<std::string, std::vector<float>>& values) {
+    onnx::ModelProto model = testing::make_model();
+    testing::add_input(model, "x", {"N", 4, 5, 5});
+    for (const auto& [name, shape] :
+         {std::pair<std::string, std::vector<int64_t>>{"up1.w", {4, 16, 3, 3}},
+          {"up2.w", {16, 2, 2, 2}}}) {
+      auto it = values.find(name);
+      testing::add_initializer(
+          model, testing::make_float_tensor(
+                     name, shape,
+                     it != values.end() ? it->second
+                                        : random_values(checked_numel(shape), name == "up1.w")));
+    }
+    testing::add_node(model, "ConvTranspose", {"x", "up1.w"}, {"u"}, "up1");  // 5x5 -> 7x7
+    auto& up2 = testing::add_node(model, "ConvTranspose", {"u", "up2.w"}, {"y"}, "up2");
+    testing::set_attr(up2, "strides", std::vector<int64_t>{2, 2});  // 7x7 -> 14x14
+    testing::add_output(model, "y", {"N", 2, 14, 14});
+    return model;
+  };
+  input_ = dir_.write("generator.onnx", testing::serialize(generator({})));
+  output_ = dir_.file("pruned.onnx");
+  PruneOptions options;
+  options.sparsity = 0.75;
+  const PruneReport report = prune_model(input_, output_, options);
+  ASSERT_EQ(report.layers.size(), 2u);
+  EXPECT_EQ(layer(report, "up1").op, "ConvTranspose");
+  EXPECT_EQ(layer(report, "up1").skipped, "first convolution");
+  EXPECT_EQ(layer(report, "up2").skipped, "");
+  const std::map<std::string, std::vector<float>> after = read_weights(output_);
+  EXPECT_EQ(zeros(after.at("up1.w")), 0);
+  EXPECT_EQ(zeros(after.at("up2.w")), 96);  // 75% of 128
+  EXPECT_NO_THROW(onnx::checker::check_model(output_));
+
+  const Tensor x = test::random_normal_tensor({2, 4, 5, 5}, 9);
+  Options sparse, dense;
+  sparse.schedule = dense.schedule = Schedule::kLayerWise;
+  dense.sparse_threshold = 2.0;  // never sparse
+  const Engine pruned = Engine::load(output_, sparse);
+  bool ran_sparse = false;
+  for (const LayerInfo& info : pruned.layers()) {
+    ran_sparse = ran_sparse || (info.node == "up2" && info.weight_format == "sparse-csr");
+  }
+  EXPECT_TRUE(ran_sparse) << "up2 did not run on the sparse kernel";
+  const std::string by_hand = dir_.write("by_hand.onnx", testing::serialize(generator(after)));
+  EXPECT_TRUE(test::tensors_near(pruned.session().run({{"x", x}}).at("y"),
+                                 Engine::load(by_hand, dense).session().run({{"x", x}}).at("y"),
+                                 1e-5, 1e-5));
+}
+
 TEST_F(PruneTest, OutputMayReplaceTheInput) {
   input_ = dir_.write("model.onnx", testing::serialize(make_model_under_test()));
   PruneOptions options;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "f32-conv/conv.h"
+#include "f32-conv/conv_transpose.h"
 #include "f32-eltwise/eltwise.h"
 #include "f32-gemm/gemm.h"
 #include "f32-norm/norm.h"
@@ -331,6 +332,64 @@ std::unique_ptr<Step> make_conv(const graph::Graph& graph, const graph::Node& no
   kernels::PackedConv conv(conv_geometry(p), w->data<float>(),
                            b != nullptr ? b->data<float>() : nullptr, options.sparse_threshold);
   return std::make_unique<ConvStep>(graph, node, std::move(conv), p.batch, epilogue);
+}
+
+// ---- ConvTranspose: PackedConvTranspose per 2-D transposed convolution, images x channels ----
+
+class ConvTransposeStep final : public FastStep {
+ public:
+  ConvTransposeStep(const graph::Graph& graph, const graph::Node& node,
+                    kernels::PackedConvTranspose conv, int64_t batch)
+      : FastStep(graph, node, "conv-transpose " + conv.implementation()),
+        conv_(std::move(conv)),
+        batch_(batch) {}
+
+  void run(RunContext& ctx) override {
+    const kernels::ConvGeometry& g = conv_.geometry();
+    const float* x = input(ctx, 0);
+    float* y = output(ctx);
+    const int64_t in_image = g.in_c * g.in_h * g.in_w, out_image = g.out_c * g.out_h * g.out_w;
+    // Channel blocks only as far as the threads need: each block reads its image's input again.
+    const int64_t granule = conv_.channel_granule();
+    const int64_t channels = channels_per_block(
+        g.out_c, granule, balanced_blocks(batch_, ctx.threads, ceil_div(g.out_c, granule)));
+    const int64_t per_image = ceil_div(g.out_c, channels);
+    parallel_for(ctx.threads, batch_ * per_image, [&](int64_t task, int thread) {
+      const int64_t n = task / per_image, c0 = task % per_image * channels;
+      kernels::conv_transpose2d_image(conv_, x + n * in_image, y + n * out_image, c0,
+                                      std::min(g.out_c, c0 + channels),
+                                      ctx.scratch[static_cast<std::size_t>(thread)]);
+    });
+    finish(ctx, false);
+  }
+
+  void describe(LayerInfo& info) const override {
+    info.implementation = implementation();
+    info.weight_format = conv_.weight_format();
+    info.packed_bytes = conv_.packed_bytes();
+  }
+
+ private:
+  kernels::PackedConvTranspose conv_;
+  int64_t batch_;
+};
+
+std::unique_ptr<Step> make_conv_transpose(const graph::Graph& graph, const graph::Node& node,
+                                          const Options& options, std::string* why_not) {
+  const std::optional<Dims> x = dims_of(graph, node.input(0)), y = dims_of(graph, node.output(0));
+  const Tensor* w = constant_of(graph, node.input(1));
+  const Tensor* b = constant_of(graph, node.input(2));
+  if (!x || !y || x->size() != 4) return *why_not = "not a 2-D transposed convolution", nullptr;
+  if (w == nullptr || (node.input(2) >= 0 && b == nullptr)) {
+    return *why_not = "weights or bias are not float32 constants", nullptr;
+  }
+  const std::optional<Dims> bias_dims =
+      b != nullptr ? std::optional<Dims>(b->shape()) : std::nullopt;
+  const graph::ConvParams p = graph::parse_conv_transpose(graph, node, *x, w->shape(), bias_dims);
+  kernels::PackedConvTranspose conv(conv_geometry(p), w->data<float>(),
+                                    b != nullptr ? b->data<float>() : nullptr,
+                                    options.sparse_threshold);
+  return std::make_unique<ConvTransposeStep>(graph, node, std::move(conv), p.batch);
 }
 
 // ---- MatMul / Gemm: C[M x N] = A * B ----
@@ -1197,6 +1256,7 @@ std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Nod
                                             std::string*);
   static const std::pair<const char*, Factory> kFactories[] = {
       {"Conv", make_conv},
+      {"ConvTranspose", make_conv_transpose},
       {"Gemm", make_gemm},
       {"Softmax", make_softmax},
       {"Transpose", make_transpose},
