@@ -258,6 +258,36 @@ TEST(OneDnnTest, EltwiseBinaryAndFallbacksInsideBlockedRegionMatchReference) {
   expect_matches_reference(g, {{"x", random_tensor({2, 16, 7, 7}, 6)}});
 }
 
+// ConvTranspose maps to oneDNN's deconvolution: strides, dilations, asymmetric pads,
+// output_padding, groups and a bias, around a reference-op fallback (LRN); the layers say which
+// ran where.
+TEST(OneDnnTest, ConvTransposeRunsAsDeconvolutionAndMatchesReference) {
+  using Ints = std::vector<int64_t>;
+  GraphBuilder b;
+  const int x = b.input("x", {2, 8, 6, 7});
+  const int w1 = b.constant("w1", random_tensor({8, 12, 3, 3}, 1, -0.2f, 0.2f));  // [C, M, k]
+  const int b1 = b.constant("b1", random_tensor({12}, 2));
+  const int up1 = b.node("ConvTranspose", {x, w1, b1},
+                         {{"strides", Ints{2, 2}},
+                          {"pads", Ints{1, 0, 0, 1}},
+                          {"output_padding", Ints{1, 0}},
+                          {"dilations", Ints{1, 2}}});
+  const int lrn = b.node("LRN", {up1}, {{"size", int64_t{3}}});
+  const int w2 = b.constant("w2", random_tensor({12, 3, 2, 2}, 3, -0.2f, 0.2f));  // 2 groups
+  const int up2 =
+      b.node("ConvTranspose", {lrn, w2}, {{"strides", Ints{2, 2}}, {"group", int64_t{2}}});
+  const graph::Graph g = b.finish({up2});
+  const NamedTensors in{{"x", random_tensor({2, 8, 6, 7}, 4)}};
+  expect_matches_reference(g, in);
+  int deconvolutions = 0, fallbacks = 0;
+  for (const LayerInfo& layer : runtime::make_onednn_executor(specialized(g, in), 2)->layers()) {
+    deconvolutions += layer.op == "ConvTranspose" && layer.implementation == "onednn";
+    fallbacks += layer.op == "LRN" && layer.implementation == "reference";
+  }
+  EXPECT_EQ(deconvolutions, 2);
+  EXPECT_EQ(fallbacks, 1);
+}
+
 TEST(OneDnnTest, ResultsDoNotDependOnThreadCount) {
   GraphBuilder b;
   const int x = b.input("x", {1, 16, 12, 12});

@@ -196,9 +196,9 @@ class OneDnnExecutor final : public Executor {
   // oneDNN chooses its kernels inside the primitives; per node we only know it runs there.
   std::vector<LayerInfo> layers() const override {
     std::vector<LayerInfo> infos;
-    for (const graph::Node& node : graph_.nodes) {
-      infos.push_back(describe_node(graph_, node));
-      infos.back().implementation = "onednn";
+    for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
+      infos.push_back(describe_node(graph_, graph_.nodes[n]));
+      infos.back().implementation = falls_back_[n] ? "reference" : "onednn";
     }
     return infos;
   }
@@ -413,6 +413,7 @@ class OneDnnExecutor final : public Executor {
       buffer.read_only = true;
       slot(v).buffer = add_buffer(std::move(buffer), v);
     }
+    falls_back_.assign(graph_.nodes.size(), false);
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
       node_index_ = static_cast<int>(n);
       const std::size_t first_step = steps_.size();
@@ -474,6 +475,7 @@ class OneDnnExecutor final : public Executor {
     }
     const std::string& op = node.op_type;
     if (op == "Conv") return map_conv(node);
+    if (op == "ConvTranspose") return map_conv_transpose(node);
     if (op == "MatMul" || op == "Gemm") return map_matmul(node);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool") {
@@ -674,6 +676,58 @@ class OneDnnExecutor final : public Executor {
     Step step;
     step.primitive = dnnl::convolution_forward(pd);
     const int wb = constant_in_layout(*value(w).constant, plain_md(w_dims), pd.weights_desc());
+    step.args[DNNL_ARG_WEIGHTS] = make_memory(wb, pd.weights_desc());
+    if (bias >= 0) step.args[DNNL_ARG_BIAS] = make_memory(slot(bias).buffer, bias_md);
+    step.args[DNNL_ARG_SRC] = make_memory(in_layout(x, pd.src_desc()), pd.src_desc());
+    bind_post_ops_and_output(node, post, pd.dst_desc(), step);
+    steps_.push_back(std::move(step));
+    return true;
+  }
+
+  // ConvTranspose as oneDNN's deconvolution. Its weight, ONNX's [C, M / group, kernel...], is
+  // oneDNN's (g)iohw: the same memory read with the output channels first.
+  bool map_conv_transpose(const graph::Node& node) {
+    if (!all_in_dnnl(node)) return false;
+    const int x = node.input(0), w = node.input(1), bias = node.input(2);
+    if (!is_constant(w) || (bias >= 0 && !is_constant(bias))) {
+      throw Unmapped{"weights or bias are not constant"};
+    }
+    std::optional<std::vector<int64_t>> bias_shape;
+    if (bias >= 0) bias_shape = slot(bias).shape;
+    const graph::ConvParams p =
+        graph::parse_conv_transpose(graph_, node, slot(x).shape, slot(w).shape, bias_shape);
+    const graph::WindowParams& win = p.window;
+    if (win.rank() != 2) throw Unmapped{"not a 2-D transposed convolution"};
+    const int64_t in_c = p.in_channels / p.group, out_c = p.out_channels / p.group;
+    const Dims kernel(win.kernel.begin(), win.kernel.end());
+    Dims w_dims = {out_c, in_c, kernel[0], kernel[1]};
+    memory::format_tag w_tag = memory::format_tag::iohw;
+    if (p.group > 1) {
+      w_dims.insert(w_dims.begin(), p.group);
+      w_tag = memory::format_tag::giohw;
+    }
+    Dims dilations, pads_end;
+    for (int i = 0; i < 2; ++i) {
+      dilations.push_back(win.dilations[i] - 1);  // oneDNN counts the gaps
+      // The end padding that gives the output's size; output_padding makes it smaller.
+      pads_end.push_back((win.in_size[i] - 1) * win.strides[i] +
+                         (win.kernel[i] - 1) * win.dilations[i] + 1 - win.pads_begin[i] -
+                         win.out_size[i]);
+    }
+    const Dims dst_dims = to_dims(p.output_shape());
+    const memory::desc bias_md = bias >= 0 ? plain_md({p.out_channels}) : memory::desc();
+    const dnnl::deconvolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, algorithm::deconvolution_direct, any_md(dims_of(x)),
+        any_md(w_dims), bias_md, any_md(dst_dims), Dims(win.strides.begin(), win.strides.end()),
+        dilations, Dims(win.pads_begin.begin(), win.pads_begin.end()), pads_end);
+    dnnl::primitive_attr attr;
+    const PostOps post = make_post_ops(node, 0, dst_dims);
+    attr.set_post_ops(post.ops);
+    const dnnl::deconvolution_forward::primitive_desc pd(desc, attr, engine_);
+    Step step;
+    step.primitive = dnnl::deconvolution_forward(pd);
+    const memory::desc w_plain(w_dims, memory::data_type::f32, w_tag);
+    const int wb = constant_in_layout(*value(w).constant, w_plain, pd.weights_desc());
     step.args[DNNL_ARG_WEIGHTS] = make_memory(wb, pd.weights_desc());
     if (bias >= 0) step.args[DNNL_ARG_BIAS] = make_memory(slot(bias).buffer, bias_md);
     step.args[DNNL_ARG_SRC] = make_memory(in_layout(x, pd.src_desc()), pd.src_desc());
@@ -1051,6 +1105,7 @@ class OneDnnExecutor final : public Executor {
 
   // The node's reference op over plain buffers, then its epilogue.
   void add_fallback(const graph::Node& node) {
+    falls_back_[static_cast<std::size_t>(node_index_)] = true;
     const RefOp* op = find_reference_op(node.op_type);
     if (op == nullptr) {
       graph::fail(graph_, node, ErrorCode::kUnsupported, "no oneDNN mapping and no reference op");
@@ -1113,6 +1168,7 @@ class OneDnnExecutor final : public Executor {
   std::vector<Tensor> arena_;                           // the blocks arena buffers live in
   std::vector<int> last_reader_;                        // value id -> last reading node
   int node_index_ = -1;                                 // the node being built
+  std::vector<bool> falls_back_;  // per node: runs its reference op (add_fallback)
 };
 
 }  // namespace
