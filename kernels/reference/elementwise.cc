@@ -228,6 +228,8 @@ void float_unary(UnaryOp op, const UnaryParams& params, const T* src, T* dst, in
       return run([](T x) { return x / (T(1) + std::abs(x)); });
     case UnaryOp::kThresholdedRelu:
       return run([=](T x) { return x > alpha ? x : T(0); });
+    case UnaryOp::kShrink:
+      return run([=](T x) { return x < -alpha ? x + beta : x > alpha ? x - beta : T(0); });
     default:
       undefined_for("unary", static_cast<int>(op), DTypeOf<T>::kValue);
   }

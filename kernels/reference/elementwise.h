@@ -114,6 +114,7 @@ enum class UnaryOp {
   kSoftplus,
   kSoftsign,
   kThresholdedRelu,
+  kShrink,
 };
 
 // True for the ops above that are defined on integer types too.
@@ -121,7 +122,7 @@ constexpr bool is_integer_unary(UnaryOp op) { return op <= UnaryOp::kRelu; }
 
 // The attributes of the parameterized activations, with ONNX's names and defaults in the op
 // bindings: LeakyRelu/Elu/Celu/ThresholdedRelu use alpha; Selu alpha and gamma; HardSigmoid
-// alpha and beta.
+// alpha and beta; Shrink lambd as alpha and bias as beta.
 struct UnaryParams {
   float alpha = 0.0f;
   float beta = 0.0f;

@@ -39,4 +39,19 @@ void log_softmax_reference(const float* src, float* dst, const SoftmaxShape& sha
                 [](double x, double max, double sum) { return x - max - std::log(sum); });
 }
 
+void hardmax_reference(const float* src, float* dst, const SoftmaxShape& shape) {
+  const int64_t stride = shape.inner;
+  for (int64_t o = 0; o < shape.outer; ++o) {
+    for (int64_t i = 0; i < shape.inner; ++i) {
+      const float* x = src + o * shape.axis_size * stride + i;
+      float* y = dst + o * shape.axis_size * stride + i;
+      int64_t best = 0;
+      for (int64_t a = 1; a < shape.axis_size && !std::isnan(x[best * stride]); ++a) {
+        if (std::isnan(x[a * stride]) || x[a * stride] > x[best * stride]) best = a;
+      }
+      for (int64_t a = 0; a < shape.axis_size; ++a) y[a * stride] = a == best ? 1.0f : 0.0f;
+    }
+  }
+}
+
 }  // namespace sparsecol::kernels::reference

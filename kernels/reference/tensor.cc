@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <type_traits>
+#include <vector>
 
 namespace sparsecol::kernels::reference {
 
@@ -432,9 +434,45 @@ template void scatter_nd_reduce<int32_t>(int32_t*, std::span<const int64_t>, int
                                          const int32_t*, ScatterReduction);
 template void scatter_nd_reduce<int64_t>(int64_t*, std::span<const int64_t>, int64_t,
                                          const int64_t*, ScatterReduction);
+template <typename T>
+void top_k(const T* src, int64_t outer, int64_t dim, int64_t inner, int64_t k, bool largest,
+           T* values, int64_t* indices) {
+  // a above b in the order: the larger (or smaller) first, a NaN the largest of all.
+  const auto above = [largest](T a, T b) {
+    const bool a_nan = a != a, b_nan = b != b;  // NOLINT(misc-redundant-expression): NaN test
+    if (a_nan || b_nan) return largest ? a_nan && !b_nan : b_nan && !a_nan;
+    return largest ? a > b : a < b;
+  };
+  std::vector<int64_t> order(static_cast<std::size_t>(dim));
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const T* line = src + o * dim * inner + i;
+      std::iota(order.begin(), order.end(), int64_t{0});
+      // Stable, so equal elements keep their index order.
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return above(line[a * inner], line[b * inner]);
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t at = (o * k + j) * inner + i;
+        indices[at] = order[static_cast<std::size_t>(j)];
+        values[at] = line[order[static_cast<std::size_t>(j)] * inner];
+      }
+    }
+  }
+}
+
 template void range<float>(float, float, int64_t, float*);
 template void range<double>(double, double, int64_t, double*);
 template void range<int32_t>(int32_t, int32_t, int64_t, int32_t*);
 template void range<int64_t>(int64_t, int64_t, int64_t, int64_t*);
+
+template void top_k<float>(const float*, int64_t, int64_t, int64_t, int64_t, bool, float*,
+                           int64_t*);
+template void top_k<double>(const double*, int64_t, int64_t, int64_t, int64_t, bool, double*,
+                            int64_t*);
+template void top_k<int32_t>(const int32_t*, int64_t, int64_t, int64_t, int64_t, bool, int32_t*,
+                             int64_t*);
+template void top_k<int64_t>(const int64_t*, int64_t, int64_t, int64_t, int64_t, bool, int64_t*,
+                             int64_t*);
 
 }  // namespace sparsecol::kernels::reference

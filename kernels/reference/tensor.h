@@ -87,7 +87,7 @@ void one_hot(std::span<const int64_t> indices, int64_t outer, int64_t depth, int
              const void* off, const void* on, void* dst, std::size_t element_size);
 
 // ScatterND with its index tuples already turned into element offsets of dst, each starting a
-// slice of `slice` elements (graph::resolve_scatter_nd): dst[offsets[i] + j] = updates[i * slice
+// slice of `slice` elements (graph::resolve_nd_slices): dst[offsets[i] + j] = updates[i * slice
 // + j] for every tuple i in order (the last of repeated tuples wins) and j < slice.
 void scatter_nd(void* dst, std::span<const int64_t> offsets, int64_t slice, const void* updates,
                 std::size_t element_size);
@@ -110,5 +110,11 @@ void scatter_nd_reduce(T* dst, std::span<const int64_t> offsets, int64_t slice, 
 // dst[i] = start + i * delta for i < count.
 template <typename T>
 void range(T start, T delta, int64_t count, T* dst);
+// src viewed as [outer, dim, inner]: the k largest (or smallest) elements of each line along dim,
+// in order (largest first, or smallest first), with their indices; equal elements in index order,
+// a NaN above every number (as numpy sorts). values and indices are [outer, k, inner].
+template <typename T>
+void top_k(const T* src, int64_t outer, int64_t dim, int64_t inner, int64_t k, bool largest,
+           T* values, int64_t* indices);
 
 }  // namespace sparsecol::kernels::reference

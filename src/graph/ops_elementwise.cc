@@ -312,6 +312,7 @@ constexpr OpDef kOps[] = {
     {"Selu", infer_unary<Types::kFloat>},
     {"Celu", infer_unary<Types::kFloat>},
     {"HardSigmoid", infer_unary<Types::kFloat>},
+    {"Shrink", infer_unary<Types::kFloat>},
     {"HardSwish", infer_unary<Types::kFloat>},
     {"Softplus", infer_unary<Types::kFloat>},
     {"Softsign", infer_unary<Types::kFloat>},

@@ -114,6 +114,7 @@ constexpr OpDef kNnOps[] = {
     {"Gemm", infer_gemm},
     {"GlobalAveragePool", infer_global_pool},
     {"GlobalMaxPool", infer_global_pool},
+    {"Hardmax", infer_softmax},
     {"InstanceNormalization", infer_instance_norm},
     {"LRN", infer_lrn},
     {"LayerNormalization", infer_layer_norm},

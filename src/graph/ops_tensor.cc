@@ -358,9 +358,11 @@ void infer_resize(InferContext& ctx) {
   set_sized_output(ctx, 0, ctx.dtype(0), spec.out);
 }
 
-void infer_scatter_nd(InferContext& ctx) {
+// What ScatterND and ScatterElements check first: three inputs, integer indices, updates of
+// data's dtype, a known reduction.
+void expect_scatter_inputs(InferContext& ctx, std::initializer_list<DType> index_types) {
   ctx.expect_inputs(3, 3);
-  ctx.expect_dtype(1, {DType::kInt64});
+  ctx.expect_dtype(1, index_types);
   if (ctx.dtype(2) != ctx.dtype(0)) {
     ctx.fail(ErrorCode::kDtypeMismatch,
              fmt::format("updates are {} but data is {}", to_string(ctx.dtype(2)),
@@ -372,10 +374,49 @@ void infer_scatter_nd(InferContext& ctx) {
     ctx.fail(ErrorCode::kInvalidModel,
              fmt::format("reduction '{}' is not one of none, add, mul, max, min", reduction));
   }
+}
+
+void infer_scatter_nd(InferContext& ctx) {
+  expect_scatter_inputs(ctx, {DType::kInt64});
   const std::vector<int64_t> data = ctx.shape(0);
-  resolve_scatter_nd(ctx, data, ctx.shape(1), ctx.shape(2), ctx.constant(1),
-                     ErrorCode::kInvalidModel);
+  check_nd_updates(ctx, data, ctx.shape(1), ctx.shape(2));
+  resolve_nd_slices(ctx, data, ctx.shape(1), ctx.constant(1), ErrorCode::kInvalidModel);
   ctx.set_output(0, ctx.dtype(0), data);
+}
+
+void infer_scatter_elements(InferContext& ctx) {
+  expect_scatter_inputs(ctx, {DType::kInt32, DType::kInt64});
+  const std::vector<int64_t> data = ctx.shape(0), indices = ctx.shape(1);
+  if (ctx.shape(2) != indices) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("updates have shape {}, indices {}", dims(ctx.shape(2)), dims(indices)));
+  }
+  if (data.empty()) ctx.fail(ErrorCode::kShapeMismatch, "cannot scatter into a scalar");
+  const auto rank = static_cast<int64_t>(data.size());
+  const auto axis =
+      static_cast<std::size_t>(normalize_axis(ctx, ctx.node().attr_int("axis", 0), rank));
+  resolve_element_offsets(ctx, data, indices, ctx.constant(1), axis, ErrorCode::kInvalidModel);
+  ctx.set_output(0, ctx.dtype(0), data);
+}
+
+void infer_top_k(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  ctx.expect_dtype(1, {DType::kInt64});
+  std::vector<int64_t> shape = ctx.shape(0);
+  const TopKSpec spec = resolve_top_k(ctx, shape, ctx.required_constant(1, "K"));
+  shape[spec.axis] = spec.k;
+  set_sized_output(ctx, 0, ctx.dtype(0), shape);
+  set_sized_output(ctx, 1, DType::kInt64, shape);
+}
+
+void infer_gather_nd(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  ctx.expect_dtype(1, {DType::kInt64});
+  const int64_t batch_dims = ctx.node().attr_int("batch_dims", 0);
+  resolve_nd_slices(ctx, ctx.shape(0), ctx.shape(1), ctx.constant(1), ErrorCode::kInvalidModel,
+                    batch_dims);
+  set_sized_output(ctx, 0, ctx.dtype(0),
+                   nd_slices_shape(ctx, ctx.shape(0), ctx.shape(1), batch_dims));
 }
 
 void infer_slice(InferContext& ctx) {
@@ -668,11 +709,13 @@ constexpr OpDef kTensorOps[] = {
     {"Flatten", infer_flatten},
     {"Gather", infer_gather},
     {"GatherElements", infer_gather_elements},
+    {"GatherND", infer_gather_nd},
     {"OneHot", infer_one_hot},
     {"Pad", infer_pad},
     {"Range", infer_range},
     {"Reshape", infer_reshape},
     {"Resize", infer_resize},
+    {"ScatterElements", infer_scatter_elements},
     {"ScatterND", infer_scatter_nd},
     {"Shape", infer_shape},
     {"Size", infer_size},
@@ -682,6 +725,7 @@ constexpr OpDef kTensorOps[] = {
     {"Squeeze", infer_squeeze},
     {"Tile", infer_tile},
     {"Transpose", infer_transpose},
+    {"TopK", infer_top_k},
     {"Trilu", infer_trilu},
     {"Unsqueeze", infer_unsqueeze},
 };
@@ -810,44 +854,107 @@ ResizeSpec resolve_resize(const InferContext& ctx, const std::vector<int64_t>& i
   return spec;
 }
 
-ScatterNdSlices resolve_scatter_nd(const InferContext& ctx, const std::vector<int64_t>& data,
-                                   const std::vector<int64_t>& indices,
-                                   const std::vector<int64_t>& updates, const Tensor* index_values,
-                                   ErrorCode code) {
-  if (data.empty() || indices.empty() || indices.back() > static_cast<int64_t>(data.size())) {
-    ctx.fail(ErrorCode::kShapeMismatch,
-             fmt::format("indices {} must have rank >= 1 and a last axis no longer than the rank "
-                         "of data {}",
-                         dims(indices), dims(data)));
+std::vector<int64_t> nd_slices_shape(const InferContext& ctx, const std::vector<int64_t>& data,
+                                     const std::vector<int64_t>& indices, int64_t batch_dims) {
+  const auto b = static_cast<std::size_t>(batch_dims);
+  if (batch_dims < 0 || indices.size() <= b || data.size() <= b ||
+      indices.back() > static_cast<int64_t>(data.size() - b) ||
+      !std::equal(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(b), indices.begin())) {
+    ctx.fail(
+        ErrorCode::kShapeMismatch,
+        fmt::format("indices {} must have rank > {} and a last axis no longer than the rank "
+                    "of data {} less {}, and share data's first {} axes (batch_dims {})",
+                    dims(indices), batch_dims, dims(data), batch_dims, batch_dims, batch_dims));
   }
-  const auto k = static_cast<std::size_t>(indices.back());
-  std::vector<int64_t> expected(indices.begin(), indices.end() - 1);
-  expected.insert(expected.end(), data.begin() + static_cast<std::ptrdiff_t>(k), data.end());
+  std::vector<int64_t> shape(indices.begin(), indices.end() - 1);
+  shape.insert(shape.end(), data.begin() + static_cast<std::ptrdiff_t>(b) + indices.back(),
+               data.end());
+  return shape;
+}
+
+TopKSpec resolve_top_k(const InferContext& ctx, const std::vector<int64_t>& x, const Tensor& k) {
+  if (x.empty()) ctx.fail(ErrorCode::kShapeMismatch, "cannot take the top K of a scalar");
+  TopKSpec spec;
+  spec.axis = static_cast<std::size_t>(
+      normalize_axis(ctx, ctx.node().attr_int("axis", -1), static_cast<int64_t>(x.size())));
+  const std::vector<int64_t> values = int_values(ctx, k, "K");
+  if (values.size() != 1 || values[0] < 0 || values[0] > x[spec.axis]) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("K must be one value in [0, {}] (axis {} of {}), got {}", x[spec.axis],
+                         spec.axis, dims(x), dims(values)));
+  }
+  spec.k = values[0];
+  return spec;
+}
+
+std::vector<int64_t> resolve_element_offsets(const InferContext& ctx,
+                                             const std::vector<int64_t>& data,
+                                             const std::vector<int64_t>& indices,
+                                             const Tensor* index_values, std::size_t axis,
+                                             ErrorCode code) {
+  bool fits = indices.size() == data.size() && axis < data.size();
+  for (std::size_t a = 0; fits && a < data.size(); ++a) fits = a == axis || indices[a] <= data[a];
+  if (!fits) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("indices of shape {} must have the rank of data {} and be no larger on "
+                         "every axis but {}",
+                         dims(indices), dims(data), axis));
+  }
+  if (index_values == nullptr) return {};
+  const std::vector<int64_t> values = resolve_indices(ctx, *index_values, data[axis], code);
+  std::vector<int64_t> offsets(values.size()), at(indices.size(), 0);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    int64_t offset = 0;
+    for (std::size_t a = 0; a < data.size(); ++a) {
+      offset = offset * data[a] + (a == axis ? values[i] : at[a]);
+    }
+    offsets[i] = offset;
+    for (std::size_t a = indices.size(); a-- > 0;) {  // the next position, last axis fastest
+      if (++at[a] < indices[a]) break;
+      at[a] = 0;
+    }
+  }
+  return offsets;
+}
+
+void check_nd_updates(const InferContext& ctx, const std::vector<int64_t>& data,
+                      const std::vector<int64_t>& indices, const std::vector<int64_t>& updates) {
+  const std::vector<int64_t> expected = nd_slices_shape(ctx, data, indices);
   if (updates != expected) {
     ctx.fail(ErrorCode::kShapeMismatch,
              fmt::format("updates have shape {}, expected {} (indices {}, data {})", dims(updates),
                          dims(expected), dims(indices), dims(data)));
   }
-  ScatterNdSlices out;
+}
+
+NdSlices resolve_nd_slices(const InferContext& ctx, const std::vector<int64_t>& data,
+                           const std::vector<int64_t>& indices, const Tensor* index_values,
+                           ErrorCode code, int64_t batch_dims) {
+  nd_slices_shape(ctx, data, indices, batch_dims);
+  const auto b = static_cast<std::size_t>(batch_dims);
+  const auto k = static_cast<std::size_t>(indices.back());
+  NdSlices out;
   out.slice = 1;
-  for (std::size_t a = k; a < data.size(); ++a) out.slice *= data[a];
+  for (std::size_t a = b + k; a < data.size(); ++a) out.slice *= data[a];
   if (index_values == nullptr) return out;
-  int64_t tuples = 1;
+  int64_t tuples = 1, batch_tuples = 1, batch_stride = out.slice;
   for (std::size_t a = 0; a + 1 < indices.size(); ++a) tuples *= indices[a];
+  for (std::size_t a = b; a + 1 < indices.size(); ++a) batch_tuples *= indices[a];
+  for (std::size_t a = b; a < b + k; ++a) batch_stride *= data[a];
   const std::vector<int64_t> values = all_ints(ctx, *index_values, "indices");
   for (int64_t t = 0; t < tuples; ++t) {
     int64_t offset = 0;
     for (std::size_t a = 0; a < k; ++a) {
       int64_t index = values[static_cast<std::size_t>(t) * k + a];
-      const int64_t dim = data[a];
+      const int64_t dim = data[b + a];
       if (index < -dim || index >= dim) {
         ctx.fail(code, fmt::format("index {} (tuple {}, component {} of indices) is out of range "
                                    "[{}, {}] for axis {} of data {}",
-                                   index, t, a, -dim, dim - 1, a, dims(data)));
+                                   index, t, a, -dim, dim - 1, b + a, dims(data)));
       }
       offset = offset * dim + (index < 0 ? index + dim : index);
     }
-    out.offsets.push_back(offset * out.slice);
+    out.offsets.push_back(t / batch_tuples * batch_stride + offset * out.slice);
   }
   return out;
 }

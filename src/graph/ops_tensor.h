@@ -25,19 +25,44 @@ std::vector<int64_t> resolve_perm(const InferContext& ctx, int64_t rank);
 std::vector<int64_t> resolve_indices(const InferContext& ctx, const Tensor& indices, int64_t dim,
                                      ErrorCode code);
 
-// ScatterND: where each index tuple's slice of data lies. `indices` (rank >= 1, last axis k <=
-// data's rank) addresses slices of data[k:] (`slice` elements each), and updates must have shape
-// indices[:-1] + data[k:]. With the index values (`index_values`, int64, may be null while they
-// are not known) each tuple's components are checked against their axes ([-dim, dim), negative
-// ones counting from the end; `code` as for resolve_indices) and turned into element offsets.
-struct ScatterNdSlices {
+// ScatterND and GatherND: where each index tuple's slice of data lies. The first `batch_dims`
+// axes of indices and data are a batch (equal lengths; GatherND's batch_dims, ScatterND has
+// none): the tuples of batch entry b address data[b]. indices (rank > batch_dims, last axis k
+// <= rank of data - batch_dims) addresses slices of data[batch_dims + k:] (`slice` elements
+// each); nd_slices_shape is indices[:-1] + data[batch_dims + k:], the shape of ScatterND's
+// updates and of GatherND's output. With the index values (`index_values`, int64, may be null
+// while they are not known) each tuple's components are checked against their axes ([-dim,
+// dim), negative ones counting from the end; `code` as for resolve_indices) and turned into
+// element offsets.
+std::vector<int64_t> nd_slices_shape(const InferContext& ctx, const std::vector<int64_t>& data,
+                                     const std::vector<int64_t>& indices, int64_t batch_dims = 0);
+// TopK: the normalized axis and K (input 1, a constant of one int64 in [0, length of the axis]).
+struct TopKSpec {
+  std::size_t axis = 0;
+  int64_t k = 0;
+};
+TopKSpec resolve_top_k(const InferContext& ctx, const std::vector<int64_t>& x, const Tensor& k);
+
+// ScatterElements: the element offset into data of every element of indices, its
+// own position with the coordinate along `axis` replaced by its value ([-dim, dim), negative
+// counting from the end; `code` as for resolve_indices). indices has data's rank and is no longer
+// than data on any other axis (kShapeMismatch otherwise).
+std::vector<int64_t> resolve_element_offsets(const InferContext& ctx,
+                                             const std::vector<int64_t>& data,
+                                             const std::vector<int64_t>& indices,
+                                             const Tensor* index_values, std::size_t axis,
+                                             ErrorCode code);
+
+// ScatterND's updates must have nd_slices_shape (kShapeMismatch naming all three otherwise).
+void check_nd_updates(const InferContext& ctx, const std::vector<int64_t>& data,
+                      const std::vector<int64_t>& indices, const std::vector<int64_t>& updates);
+struct NdSlices {
   std::vector<int64_t> offsets;  // one per index tuple; empty without index_values
   int64_t slice = 0;
 };
-ScatterNdSlices resolve_scatter_nd(const InferContext& ctx, const std::vector<int64_t>& data,
-                                   const std::vector<int64_t>& indices,
-                                   const std::vector<int64_t>& updates, const Tensor* index_values,
-                                   ErrorCode code);
+NdSlices resolve_nd_slices(const InferContext& ctx, const std::vector<int64_t>& data,
+                           const std::vector<int64_t>& indices, const Tensor* index_values,
+                           ErrorCode code, int64_t batch_dims = 0);
 
 // Resize: the output shape and what the interpolation needs, from the input shape, the
 // attributes and the optional inputs (null where omitted; an empty tensor counts as omitted):

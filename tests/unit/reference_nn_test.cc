@@ -1034,6 +1034,34 @@ TEST(MatMul, Errors) {
                ErrorCode::kShapeMismatch, {"rank 1 or more"});
 }
 
+// ---- Hardmax, Shrink ----
+
+// Opset 13 takes one axis; below 13 the input is flattened to 2-D at the axis, so the whole
+// trailing block is one line. The first of equal maxima wins, a NaN over any number.
+TEST(ReferenceHardmax, OneAxisFromOpset13AFlattenedBlockBefore) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = Tensor::zeros(DType::kFloat32, {1, 2, 3});
+  const std::vector<float> v = {1, 7, 7, /**/ 9, nan, 2};
+  std::copy(v.begin(), v.end(), x.data<float>());
+  auto hardmax = [&](int64_t opset, int64_t axis) {
+    const Tensor y = OneNode("Hardmax", opset).in(x).attr("axis", axis).run1();
+    return std::vector<float>(y.data<float>(), y.data<float>() + y.numel());
+  };
+  EXPECT_EQ(hardmax(13, -1), (std::vector<float>{0, 1, 0, 0, 1, 0}));
+  EXPECT_EQ(hardmax(13, 1), (std::vector<float>{0, 0, 1, 1, 1, 0}));
+  EXPECT_EQ(hardmax(11, 1), (std::vector<float>{0, 0, 0, 0, 1, 0}));  // one line of 6
+}
+
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between (both bounds included).
+TEST(ReferenceShrink, MovesTheTailsInByBiasAndZeroesTheMiddle) {
+  Tensor x = Tensor::zeros(DType::kFloat32, {6});
+  const std::vector<float> v = {-3, -1.5f, -1, 0.5f, 1, 2};
+  std::copy(v.begin(), v.end(), x.data<float>());
+  const Tensor y = OneNode("Shrink").in(x).attr("lambd", 1.0f).attr("bias", 0.5f).run1();
+  EXPECT_EQ(std::vector<float>(y.data<float>(), y.data<float>() + 6),
+            (std::vector<float>{-2.5f, -1, 0, 0, 0, 1.5f}));
+}
+
 // ---- Threads -----------------------------------------------------------------------------
 
 // Large enough for the kernels to use their thread team: every output is still summed in

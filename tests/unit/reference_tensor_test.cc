@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -988,6 +989,68 @@ TEST(ReferenceTensor, RangeCountsLikeCeilingDivision) {
       {.op = "Range",
        .inputs = {constant(int_scalar(0)), constant(int_scalar(1)), constant(int_scalar(0))}},
       ErrorCode::kInvalidModel, {"delta"});
+}
+
+// ---- TopK, ScatterElements, GatherND ----
+
+// Equal elements come in index order and a NaN above every number, whichever end is taken;
+// a K the axis cannot give is refused with the axis' length.
+TEST(ReferenceTensor, TopKKeepsIndexOrderAmongEqualsAndRanksNaNHighest) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = floats({2, 5}, {3, 1, 3, nan, 2, /**/ 5, 5, 4, 5, 0});
+  const std::vector<Tensor> top =
+      run({.op = "TopK", .inputs = {runtime_input(x), constant(ints({3}))}, .outputs = 2});
+  EXPECT_EQ(values<int64_t>(top[1]), (std::vector<int64_t>{3, 0, 2, 0, 1, 3}));
+  const std::vector<float> got = values<float>(top[0]);
+  EXPECT_TRUE(std::isnan(got[0]));
+  EXPECT_EQ(std::vector<float>(got.begin() + 1, got.end()), (std::vector<float>{3, 3, 5, 5, 5}));
+  const std::vector<Tensor> low = run({.op = "TopK",
+                                       .inputs = {runtime_input(x), constant(ints({2}))},
+                                       .attrs = {{"largest", int64_t{0}}, {"axis", int64_t{0}}},
+                                       .outputs = 2});
+  EXPECT_EQ(values<int64_t>(low[1]), (std::vector<int64_t>{0, 0, 0, 1, 1, 1, 1, 1, 0, 0}));
+  expect_error({.op = "TopK", .inputs = {runtime_input(x), constant(ints({6}))}, .outputs = 2},
+               ErrorCode::kInvalidModel, {"K must be one value in [0, 5]", "got [6]"});
+}
+
+// Repeated indices all count with a reduction; an index outside the axis names itself and the
+// element of indices it sits at.
+TEST(ReferenceTensor, ScatterElementsReducesRepeatsAndRefusesIndicesOffTheAxis) {
+  const Tensor data = floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor updates = floats({2, 2}, {10, 20, 30, 40});
+  auto scatter = [&](const std::vector<int64_t>& index_values, const std::string& reduction) {
+    return run1({.op = "ScatterElements",
+                 .inputs = {runtime_input(data), runtime_input(make<int64_t>({2, 2}, index_values)),
+                            runtime_input(updates)},
+                 .attrs = {{"axis", int64_t{1}}, {"reduction", reduction}},
+                 .opset = 16});
+  };
+  EXPECT_EQ(values<float>(scatter({2, -3, 1, 1}, "none")),
+            (std::vector<float>{20, 2, 10, 4, 40, 6}));  // 1 then 2 on row 1: the last wins
+  EXPECT_EQ(values<float>(scatter({0, 0, 1, 1}, "add")), (std::vector<float>{31, 2, 3, 4, 75, 6}));
+  try {
+    scatter({0, 3, 1, 1}, "none");
+    ADD_FAILURE() << "index 3 on an axis of 3 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 3 (element 1 of indices) is out of range"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// batch_dims: each batch entry's tuples index its own slice of data.
+TEST(ReferenceTensor, GatherNDWithBatchDimsIndexesEachBatchEntry) {
+  const Tensor data = floats({2, 2, 3}, {0, 1, 2, 3, 4, 5, /**/ 6, 7, 8, 9, 10, 11});
+  const Tensor y =
+      run1({.op = "GatherND",
+            .inputs = {runtime_input(data), runtime_input(make<int64_t>({2, 2, 1}, {1, 0, -1, 1}))},
+            .attrs = {{"batch_dims", int64_t{1}}}});
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{3, 4, 5, 0, 1, 2, 9, 10, 11, 9, 10, 11}));
+  expect_error({.op = "GatherND",
+                .inputs = {runtime_input(data), runtime_input(make<int64_t>({3, 1}, {0, 0, 0}))},
+                .attrs = {{"batch_dims", int64_t{1}}}},
+               ErrorCode::kShapeMismatch, {"share data's first 1 axes"});
 }
 
 // ---- Resize ----

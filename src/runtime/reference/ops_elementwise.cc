@@ -98,6 +98,10 @@ ref::UnaryParams unary_params(const graph::Node& node, UnaryOp op) {
       p.alpha = node.attr_float("alpha", 0.2f);
       p.beta = node.attr_float("beta", 0.5f);
       break;
+    case UnaryOp::kShrink:
+      p.alpha = node.attr_float("lambd", 0.5f);
+      p.beta = node.attr_float("bias", 0.0f);
+      break;
     default:
       break;
   }
@@ -375,6 +379,7 @@ constexpr RefOp kOps[] = {
     {"Selu", run_unary<UnaryOp::kSelu>},
     {"Celu", run_unary<UnaryOp::kCelu>},
     {"HardSigmoid", run_unary<UnaryOp::kHardSigmoid>},
+    {"Shrink", run_unary<UnaryOp::kShrink>},
     {"HardSwish", run_unary<UnaryOp::kHardSwish>},
     {"Softplus", run_unary<UnaryOp::kSoftplus>},
     {"Softsign", run_unary<UnaryOp::kSoftsign>},

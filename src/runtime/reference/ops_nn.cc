@@ -248,6 +248,7 @@ constexpr RefOp kNnReferenceOps[] = {
     {"Gemm", run_gemm},
     {"GlobalAveragePool", run_global_pool<ref::global_average_pool_reference>},
     {"GlobalMaxPool", run_global_pool<ref::global_max_pool_reference>},
+    {"Hardmax", run_softmax<ref::hardmax_reference>},
     {"InstanceNormalization", run_instance_norm},
     {"LRN", run_lrn},
     {"LayerNormalization", run_layer_norm},

@@ -469,13 +469,9 @@ void run_resize(RefOpContext& ctx) {
   kernels::resize(in.data<float>(), in.shape(), out.data<float>(), out.shape(), params);
 }
 
-void run_scatter_nd(RefOpContext& ctx) {
-  const Tensor& data = input(ctx, 0);
-  const Tensor& indices = input(ctx, 1);
-  const Tensor& updates = input(ctx, 2);  // of data's dtype (infer_scatter_nd)
-  const graph::ScatterNdSlices slices =
-      graph::resolve_scatter_nd(site(ctx), data.shape(), indices.shape(), updates.shape(), &indices,
-                                ErrorCode::kInvalidArgument);
+// out = data with updates' slices of `slice` elements written (or reduced) at `offsets`.
+void scatter_into(RefOpContext& ctx, const Tensor& data, const Tensor& updates,
+                  std::span<const int64_t> offsets, int64_t slice) {
   Tensor& out = checked_output(ctx, 0, data.dtype(), data.shape());
   std::memcpy(out.raw_data(), data.raw_data(), data.nbytes());
   using kernels::ScatterReduction;
@@ -486,15 +482,76 @@ void run_scatter_nd(RefOpContext& ctx) {
                                                                   {"max", ScatterReduction::kMax},
                                                                   {"min", ScatterReduction::kMin}});
   if (reduction == ScatterReduction::kNone) {  // any dtype: bytes moved as they are
-    kernels::scatter_nd(out.raw_data(), slices.offsets, slices.slice, updates.raw_data(),
+    kernels::scatter_nd(out.raw_data(), offsets, slice, updates.raw_data(),
                         dtype_size(data.dtype()));
     return;
   }
   visit_arithmetic(ctx, data.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    kernels::scatter_nd_reduce<T>(out.data<T>(), slices.offsets, slices.slice, updates.data<T>(),
-                                  reduction);
+    kernels::scatter_nd_reduce<T>(out.data<T>(), offsets, slice, updates.data<T>(), reduction);
   });
+}
+
+void run_scatter_nd(RefOpContext& ctx) {
+  const Tensor& data = input(ctx, 0);
+  const Tensor& indices = input(ctx, 1);
+  const Tensor& updates = input(ctx, 2);  // of data's dtype (infer_scatter_nd)
+  graph::check_nd_updates(site(ctx), data.shape(), indices.shape(), updates.shape());
+  const graph::NdSlices slices = graph::resolve_nd_slices(site(ctx), data.shape(), indices.shape(),
+                                                          &indices, ErrorCode::kInvalidArgument);
+  scatter_into(ctx, data, updates, slices.offsets, slices.slice);
+}
+
+void run_scatter_elements(RefOpContext& ctx) {
+  const Tensor& data = input(ctx, 0);
+  const Tensor& indices = input(ctx, 1);
+  const Tensor& updates = input(ctx, 2);  // of data's dtype and indices' shape
+  const auto axis = static_cast<std::size_t>(axis_attr(ctx, data.rank(), 0));
+  if (updates.shape() != indices.shape()) {
+    ctx.fail(ErrorCode::kShapeMismatch, fmt::format("updates have shape {}, indices {}",
+                                                    dims(updates.shape()), dims(indices.shape())));
+  }
+  const std::vector<int64_t> offsets = graph::resolve_element_offsets(
+      site(ctx), data.shape(), indices.shape(), &indices, axis, ErrorCode::kInvalidArgument);
+  scatter_into(ctx, data, updates, offsets, 1);
+}
+
+void run_top_k(RefOpContext& ctx) {
+  const Tensor& x = input(ctx, 0);
+  const graph::TopKSpec spec = graph::resolve_top_k(site(ctx), x.shape(), input(ctx, 1));
+  std::vector<int64_t> shape = x.shape();
+  int64_t outer = 1, inner = 1;
+  for (std::size_t a = 0; a < spec.axis; ++a) outer *= shape[a];
+  for (std::size_t a = spec.axis + 1; a < shape.size(); ++a) inner *= shape[a];
+  const int64_t dim = shape[spec.axis];
+  shape[spec.axis] = spec.k;
+  Tensor& values = checked_output(ctx, 0, x.dtype(), shape);
+  Tensor& indices = checked_output(ctx, 1, DType::kInt64, shape);
+  const bool largest = ctx.node.attr_int("largest", 1) != 0;
+  visit_arithmetic(ctx, x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    kernels::top_k<T>(x.data<T>(), outer, dim, inner, spec.k, largest, values.data<T>(),
+                      indices.data<int64_t>());
+  });
+}
+
+// GatherND: each index tuple's slice of data, one after another.
+void run_gather_nd(RefOpContext& ctx) {
+  const Tensor& data = input(ctx, 0);
+  const Tensor& indices = input(ctx, 1);
+  const int64_t batch_dims = ctx.node.attr_int("batch_dims", 0);
+  const graph::NdSlices slices = graph::resolve_nd_slices(
+      site(ctx), data.shape(), indices.shape(), &indices, ErrorCode::kInvalidArgument, batch_dims);
+  Tensor& out =
+      checked_output(ctx, 0, data.dtype(),
+                     graph::nd_slices_shape(site(ctx), data.shape(), indices.shape(), batch_dims));
+  const std::size_t bytes = static_cast<std::size_t>(slices.slice) * dtype_size(data.dtype());
+  for (std::size_t t = 0; t < slices.offsets.size(); ++t) {
+    std::memcpy(static_cast<char*>(out.raw_data()) + t * bytes,
+                static_cast<const char*>(data.raw_data()) +
+                    static_cast<std::size_t>(slices.offsets[t]) * dtype_size(data.dtype()),
+                bytes);
+  }
 }
 
 void run_eye_like(RefOpContext& ctx) {
@@ -564,11 +621,13 @@ constexpr RefOp kTensorReferenceOps[] = {
     {"Flatten", run_copy},
     {"Gather", run_gather},
     {"GatherElements", run_gather_elements},
+    {"GatherND", run_gather_nd},
     {"OneHot", run_one_hot},
     {"Pad", run_pad},
     {"Range", run_range},
     {"Reshape", run_copy},
     {"Resize", run_resize},
+    {"ScatterElements", run_scatter_elements},
     {"ScatterND", run_scatter_nd},
     {"Shape", run_shape},
     {"Size", run_size},
@@ -578,6 +637,7 @@ constexpr RefOp kTensorReferenceOps[] = {
     {"Squeeze", run_copy},
     {"Tile", run_tile},
     {"Transpose", run_transpose},
+    {"TopK", run_top_k},
     {"Trilu", run_trilu},
     {"Unsqueeze", run_copy},
 };
