@@ -193,6 +193,26 @@ void infer_cast_like(InferContext& ctx) {
   ctx.set_output(0, ctx.dtype(1), ctx.shape(0));
 }
 
+// ---- quantization ----
+
+void infer_quantize_linear(InferContext& ctx) {
+  resolve_quant_axis(ctx);
+  ctx.expect_dtype(0, {DType::kFloat32});
+  if (ctx.has_input(2)) ctx.expect_dtype(2, {DType::kUInt8, DType::kInt8});
+  ctx.set_output(0, ctx.has_input(2) ? ctx.dtype(2) : DType::kUInt8, ctx.shape(0));
+}
+
+void infer_dequantize_linear(InferContext& ctx) {
+  resolve_quant_axis(ctx);
+  ctx.expect_dtype(0, {DType::kUInt8, DType::kInt8, DType::kInt32});
+  if (ctx.has_input(2) && ctx.dtype(2) != ctx.dtype(0)) {
+    ctx.fail(ErrorCode::kDtypeMismatch,
+             fmt::format("the zero point is {} but the input is {}", to_string(ctx.dtype(2)),
+                         to_string(ctx.dtype(0))));
+  }
+  ctx.set_output(0, DType::kFloat32, ctx.shape(0));
+}
+
 // ---- reductions ----
 
 // Whether this node's op takes `axes` as an input rather than an attribute: ReduceSum from
@@ -235,6 +255,34 @@ std::vector<int64_t> reduce_axes(const InferContext& ctx, int64_t rank) {
              fmt::format("axes [{}] name an axis twice (rank {})", fmt::join(given, ", "), rank));
   }
   return axes;
+}
+
+QuantAxis resolve_quant_axis(const InferContext& ctx) {
+  ctx.expect_inputs(2, 3);
+  ctx.expect_dtype(1, {DType::kFloat32});
+  const std::vector<int64_t> x = ctx.shape(0), scale = ctx.shape(1);
+  if (ctx.has_input(2) && ctx.shape(2) != scale) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("the zero point has shape [{}], the scale [{}]",
+                         fmt::join(ctx.shape(2), ", "), fmt::join(scale, ", ")));
+  }
+  QuantAxis q;
+  if (scale.empty() || (scale.size() == 1 && scale[0] == 1)) {
+    for (int64_t d : x) q.inner *= d;
+    return q;
+  }
+  const auto rank = static_cast<int64_t>(x.size());
+  const int64_t axis =
+      ctx.graph().opset >= 13 ? normalize_axis(ctx, ctx.node().attr_int("axis", 1), rank) : -1;
+  if (axis < 0 || scale.size() != 1 || scale[0] != x[static_cast<std::size_t>(axis)]) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("the scale has shape [{}]: one value, or from opset 13 one per index "
+                         "of axis {} of [{}]",
+                         fmt::join(scale, ", "), axis, fmt::join(x, ", ")));
+  }
+  q.channels = scale[0];
+  for (int64_t a = axis + 1; a < rank; ++a) q.inner *= x[static_cast<std::size_t>(a)];
+  return q;
 }
 
 namespace {
@@ -324,6 +372,8 @@ constexpr OpDef kOps[] = {
     {"Identity", infer_unary<Types::kNumericOrBool>},
     {"Dropout", infer_dropout},
     {"Cast", infer_cast},
+    {"DequantizeLinear", infer_dequantize_linear},
+    {"QuantizeLinear", infer_quantize_linear},
     {"CastLike", infer_cast_like},
     {"Clip", infer_clip},
     // Binary and variadic, broadcasting.

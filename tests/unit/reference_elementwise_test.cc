@@ -802,6 +802,43 @@ TEST(ElementwiseReductions, ArgMaxAndArgMinPickFirstOrLastOfTies) {
   }
 }
 
+// ---- quantization ----
+
+// Halves round to even, results saturate to the zero point's type, and the zero point's dtype
+// names the output's; per axis, each index of the axis takes its own scale and zero point.
+TEST(Quantization, QuantizeRoundsHalvesToEvenAndSaturatesPerTensorAndPerAxis) {
+  const Tensor x = make<float>({2, 3}, {0.5f, 1.5f, 2.5f, -300.0f, 300.0f, -1.5f});
+  const Tensor u8 = run1("QuantizeLinear", {x, make<float>({}, {1.0f}), make<uint8_t>({}, {10})});
+  EXPECT_EQ(u8.dtype(), DType::kUInt8);
+  EXPECT_EQ(values<uint8_t>(u8), (std::vector<uint8_t>{10, 12, 12, 0, 255, 8}));
+  const Tensor i8 = run1("QuantizeLinear", {x, make<float>({1}, {1.0f}), make<int8_t>({1}, {0})});
+  EXPECT_EQ(values<int8_t>(i8), (std::vector<int8_t>{0, 2, 2, -128, 127, -2}));
+  const Tensor per_row =
+      run1("QuantizeLinear", {x, make<float>({2}, {0.5f, 10.0f}), make<int8_t>({2}, {1, -1})},
+           {{"axis", int64_t{0}}});
+  EXPECT_EQ(values<int8_t>(per_row), (std::vector<int8_t>{2, 4, 6, -31, 29, -1}));
+  std::string message;
+  EXPECT_EQ(error_of("QuantizeLinear", {x, make<float>({3}, {1, 1, 1})}, {{"axis", int64_t{0}}}, 13,
+                     &message),
+            ErrorCode::kShapeMismatch);
+  EXPECT_NE(message.find("one per index of axis 0 of [2, 3]"), std::string::npos) << message;
+}
+
+// Dequantizing what quantizing gave returns the grid point, per axis too; an int32 input (a
+// quantized bias) keeps its full range.
+TEST(Quantization, DequantizeInvertsQuantizeOnTheGrid) {
+  const Tensor q = make<uint8_t>({2, 2}, {0, 128, 255, 7});
+  const Tensor y =
+      run1("DequantizeLinear", {q, make<float>({2}, {0.5f, 2.0f}), make<uint8_t>({2}, {128, 7})},
+           {{"axis", int64_t{1}}});
+  EXPECT_EQ(values<float>(y), (std::vector<float>{-64.0f, 242.0f, 63.5f, 0.0f}));
+  const Tensor wide = run1(
+      "DequantizeLinear", {make<int32_t>({2}, {2147483647, -2147483647}), make<float>({}, {1.0f})});
+  EXPECT_EQ(values<float>(wide), (std::vector<float>{2147483647.0f, -2147483647.0f}));
+  EXPECT_EQ(error_of("DequantizeLinear", {q, make<float>({}, {1.0f}), make<int8_t>({}, {0})}),
+            ErrorCode::kDtypeMismatch);
+}
+
 // ---- errors ----
 
 TEST(ElementwiseErrors, BadModelsAreRefusedWithTheRightCode) {

@@ -12,6 +12,7 @@
 
 #include "graph/ops_elementwise.h"
 #include "reference/elementwise.h"
+#include "reference/quantize.h"
 #include "reference/reduce.h"
 #include "runtime/reference/reference_ops.h"
 
@@ -171,6 +172,44 @@ void run_dropout(RefOpContext& ctx) {
 }
 
 // Cast and CastLike: the target type is the output's.
+// ---- quantization ----
+
+// x as [outer, channels, inner] for its scale and zero point (graph::resolve_quant_axis).
+struct QuantView {
+  int64_t outer = 1, channels = 1, inner = 1;
+};
+QuantView quant_view(const RefOpContext& ctx, const Tensor& x) {
+  const graph::QuantAxis q = graph::resolve_quant_axis(graph::InferContext(ctx.graph, ctx.node));
+  return {x.numel() / std::max<int64_t>(1, q.channels * q.inner), q.channels, q.inner};
+}
+
+void run_quantize_linear(RefOpContext& ctx) {
+  const Tensor& x = input(ctx, 0);
+  const Tensor& scale = input(ctx, 1);
+  const Tensor* zero_point = optional_input(ctx, 2);
+  Tensor& y = output(ctx, 0, x.shape());
+  const QuantView v = quant_view(ctx, x);
+  dispatch(ctx, y.dtype(), TypeList<uint8_t, int8_t>{}, [&](auto type) {
+    using Q = decltype(type);
+    ref::quantize_linear<Q>(x.data<float>(), v.outer, v.channels, v.inner, scale.data<float>(),
+                            zero_point != nullptr ? zero_point->data<Q>() : nullptr, y.data<Q>());
+  });
+}
+
+void run_dequantize_linear(RefOpContext& ctx) {
+  const Tensor& x = input(ctx, 0);
+  const Tensor& scale = input(ctx, 1);
+  const Tensor* zero_point = optional_input(ctx, 2);
+  Tensor& y = output(ctx, 0, x.shape());
+  const QuantView v = quant_view(ctx, x);
+  dispatch(ctx, x.dtype(), TypeList<uint8_t, int8_t, int32_t>{}, [&](auto type) {
+    using Q = decltype(type);
+    ref::dequantize_linear<Q>(x.data<Q>(), v.outer, v.channels, v.inner, scale.data<float>(),
+                              zero_point != nullptr ? zero_point->data<Q>() : nullptr,
+                              y.data<float>());
+  });
+}
+
 void run_cast(RefOpContext& ctx) {
   const Tensor& x = input(ctx, 0);
   Tensor& y = output(ctx, 0, x.shape());
@@ -390,6 +429,8 @@ constexpr RefOp kOps[] = {
     {"Identity", run_identity},
     {"Dropout", run_dropout},
     {"Cast", run_cast},
+    {"DequantizeLinear", run_dequantize_linear},
+    {"QuantizeLinear", run_quantize_linear},
     {"CastLike", run_cast},
     {"Clip", run_clip},
     {"Add", run_binary<BinaryOp::kAdd, NumericTypes>},
