@@ -26,7 +26,7 @@ namespace {
 
 // cols floats per chunk of input rows (256 KiB), so that the product's output is still in L2
 // when col2im reads it.
-constexpr int64_t kColsBudgetFloats = 64 * 1024;
+constexpr int64_t kColsBudgetFloats = int64_t{64} * 1024;
 
 void check_geometry(const ConvGeometry& g) {
   const bool positive = g.in_c > 0 && g.in_h > 0 && g.in_w > 0 && g.out_c > 0 && g.out_h > 0 &&

@@ -623,16 +623,39 @@ class OneDnnExecutor final : public Executor {
 
   // ---- op mappers ----
 
-  bool map_conv(const graph::Node& node) {
-    if (!all_in_dnnl(node)) return false;
+  // Conv's or ConvTranspose's parameters; weights or a bias that are not constants are refused.
+  graph::ConvParams constant_conv_params(const graph::Node& node, bool transposed) const {
     const int x = node.input(0), w = node.input(1), bias = node.input(2);
     if (!is_constant(w) || (bias >= 0 && !is_constant(bias))) {
       throw Unmapped{"weights or bias are not constant"};
     }
     std::optional<std::vector<int64_t>> bias_shape;
     if (bias >= 0) bias_shape = slot(bias).shape;
-    const graph::ConvParams p =
-        graph::parse_conv(graph_, node, slot(x).shape, slot(w).shape, bias_shape);
+    return (transposed ? graph::parse_conv_transpose : graph::parse_conv)(
+        graph_, node, slot(x).shape, slot(w).shape, bias_shape);
+  }
+
+  // The step of a (de)convolution primitive: its weight reordered once from `w_plain` into the
+  // layout the primitive chose, the bias, the source and the post-ops.
+  template <typename PrimitiveDesc>
+  void push_conv_step(const graph::Node& node, dnnl::primitive primitive, const PrimitiveDesc& pd,
+                      const memory::desc& w_plain, const memory::desc& bias_md,
+                      const PostOps& post) {
+    const int x = node.input(0), w = node.input(1), bias = node.input(2);
+    Step step;
+    step.primitive = std::move(primitive);
+    const int wb = constant_in_layout(*value(w).constant, w_plain, pd.weights_desc());
+    step.args[DNNL_ARG_WEIGHTS] = make_memory(wb, pd.weights_desc());
+    if (bias >= 0) step.args[DNNL_ARG_BIAS] = make_memory(slot(bias).buffer, bias_md);
+    step.args[DNNL_ARG_SRC] = make_memory(in_layout(x, pd.src_desc()), pd.src_desc());
+    bind_post_ops_and_output(node, post, pd.dst_desc(), step);
+    steps_.push_back(std::move(step));
+  }
+
+  bool map_conv(const graph::Node& node) {
+    if (!all_in_dnnl(node)) return false;
+    const int x = node.input(0), w = node.input(1), bias = node.input(2);
+    const graph::ConvParams p = constant_conv_params(node, /*transposed=*/false);
     const graph::WindowParams& win = p.window;
     Dims w_dims = dims_of(w);
     if (p.group > 1) {
@@ -673,14 +696,7 @@ class OneDnnExecutor final : public Executor {
         pd = std::move(binary_pd);
       }
     }
-    Step step;
-    step.primitive = dnnl::convolution_forward(pd);
-    const int wb = constant_in_layout(*value(w).constant, plain_md(w_dims), pd.weights_desc());
-    step.args[DNNL_ARG_WEIGHTS] = make_memory(wb, pd.weights_desc());
-    if (bias >= 0) step.args[DNNL_ARG_BIAS] = make_memory(slot(bias).buffer, bias_md);
-    step.args[DNNL_ARG_SRC] = make_memory(in_layout(x, pd.src_desc()), pd.src_desc());
-    bind_post_ops_and_output(node, post, pd.dst_desc(), step);
-    steps_.push_back(std::move(step));
+    push_conv_step(node, dnnl::convolution_forward(pd), pd, plain_md(w_dims), bias_md, post);
     return true;
   }
 
@@ -688,14 +704,8 @@ class OneDnnExecutor final : public Executor {
   // oneDNN's (g)iohw: the same memory read with the output channels first.
   bool map_conv_transpose(const graph::Node& node) {
     if (!all_in_dnnl(node)) return false;
-    const int x = node.input(0), w = node.input(1), bias = node.input(2);
-    if (!is_constant(w) || (bias >= 0 && !is_constant(bias))) {
-      throw Unmapped{"weights or bias are not constant"};
-    }
-    std::optional<std::vector<int64_t>> bias_shape;
-    if (bias >= 0) bias_shape = slot(bias).shape;
-    const graph::ConvParams p =
-        graph::parse_conv_transpose(graph_, node, slot(x).shape, slot(w).shape, bias_shape);
+    const int x = node.input(0), bias = node.input(2);
+    const graph::ConvParams p = constant_conv_params(node, /*transposed=*/true);
     const graph::WindowParams& win = p.window;
     if (win.rank() != 2) throw Unmapped{"not a 2-D transposed convolution"};
     const int64_t in_c = p.in_channels / p.group, out_c = p.out_channels / p.group;
@@ -724,15 +734,8 @@ class OneDnnExecutor final : public Executor {
     const PostOps post = make_post_ops(node, 0, dst_dims);
     attr.set_post_ops(post.ops);
     const dnnl::deconvolution_forward::primitive_desc pd(desc, attr, engine_);
-    Step step;
-    step.primitive = dnnl::deconvolution_forward(pd);
-    const memory::desc w_plain(w_dims, memory::data_type::f32, w_tag);
-    const int wb = constant_in_layout(*value(w).constant, w_plain, pd.weights_desc());
-    step.args[DNNL_ARG_WEIGHTS] = make_memory(wb, pd.weights_desc());
-    if (bias >= 0) step.args[DNNL_ARG_BIAS] = make_memory(slot(bias).buffer, bias_md);
-    step.args[DNNL_ARG_SRC] = make_memory(in_layout(x, pd.src_desc()), pd.src_desc());
-    bind_post_ops_and_output(node, post, pd.dst_desc(), step);
-    steps_.push_back(std::move(step));
+    push_conv_step(node, dnnl::deconvolution_forward(pd), pd,
+                   memory::desc(w_dims, memory::data_type::f32, w_tag), bias_md, post);
     return true;
   }
 

@@ -315,23 +315,42 @@ class ConvStep final : public FastStep {
   std::vector<float> stacks_;  // the stacks the channel blocks share (run: images stacked)
 };
 
-std::unique_ptr<Step> make_conv(const graph::Graph& graph, const graph::Node& node,
-                                const Options& options, std::string* why_not) {
+// A 2-D Conv's or ConvTranspose's parameters, constant weight and bias (null when it has none)
+// and output shape; nullopt, with why_not, where the fast kernels cannot take it.
+struct ConvOperands {
+  graph::ConvParams params;
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+  Dims output;
+};
+std::optional<ConvOperands> conv_operands(const graph::Graph& graph, const graph::Node& node,
+                                          bool transposed, std::string* why_not) {
   const std::optional<Dims> x = dims_of(graph, node.input(0)), y = dims_of(graph, node.output(0));
   const Tensor* w = constant_of(graph, node.input(1));
   const Tensor* b = constant_of(graph, node.input(2));
-  if (!x || !y || x->size() != 4) return *why_not = "not a 2-D convolution", nullptr;
+  if (!x || !y || x->size() != 4) {
+    *why_not = transposed ? "not a 2-D transposed convolution" : "not a 2-D convolution";
+    return std::nullopt;
+  }
   if (w == nullptr || (node.input(2) >= 0 && b == nullptr)) {
-    return *why_not = "weights or bias are not float32 constants", nullptr;
+    *why_not = "weights or bias are not float32 constants";
+    return std::nullopt;
   }
   const std::optional<Dims> bias_dims =
       b != nullptr ? std::optional<Dims>(b->shape()) : std::nullopt;
-  const graph::ConvParams p = graph::parse_conv(graph, node, *x, w->shape(), bias_dims);
-  const EpiloguePlan epilogue = plan_epilogue(graph, node, *y, /*allow_col_bias=*/false);
+  return ConvOperands{(transposed ? graph::parse_conv_transpose : graph::parse_conv)(
+                          graph, node, *x, w->shape(), bias_dims),
+                      w->data<float>(), b != nullptr ? b->data<float>() : nullptr, *y};
+}
+
+std::unique_ptr<Step> make_conv(const graph::Graph& graph, const graph::Node& node,
+                                const Options& options, std::string* why_not) {
+  const std::optional<ConvOperands> c = conv_operands(graph, node, false, why_not);
+  if (!c) return nullptr;
+  const EpiloguePlan epilogue = plan_epilogue(graph, node, c->output, /*allow_col_bias=*/false);
   // A pruned weight (sparsity at or above the threshold) is packed for the sparse kernels.
-  kernels::PackedConv conv(conv_geometry(p), w->data<float>(),
-                           b != nullptr ? b->data<float>() : nullptr, options.sparse_threshold);
-  return std::make_unique<ConvStep>(graph, node, std::move(conv), p.batch, epilogue);
+  kernels::PackedConv conv(conv_geometry(c->params), c->weight, c->bias, options.sparse_threshold);
+  return std::make_unique<ConvStep>(graph, node, std::move(conv), c->params.batch, epilogue);
 }
 
 // ---- ConvTranspose: PackedConvTranspose per 2-D transposed convolution, images x channels ----
@@ -376,20 +395,11 @@ class ConvTransposeStep final : public FastStep {
 
 std::unique_ptr<Step> make_conv_transpose(const graph::Graph& graph, const graph::Node& node,
                                           const Options& options, std::string* why_not) {
-  const std::optional<Dims> x = dims_of(graph, node.input(0)), y = dims_of(graph, node.output(0));
-  const Tensor* w = constant_of(graph, node.input(1));
-  const Tensor* b = constant_of(graph, node.input(2));
-  if (!x || !y || x->size() != 4) return *why_not = "not a 2-D transposed convolution", nullptr;
-  if (w == nullptr || (node.input(2) >= 0 && b == nullptr)) {
-    return *why_not = "weights or bias are not float32 constants", nullptr;
-  }
-  const std::optional<Dims> bias_dims =
-      b != nullptr ? std::optional<Dims>(b->shape()) : std::nullopt;
-  const graph::ConvParams p = graph::parse_conv_transpose(graph, node, *x, w->shape(), bias_dims);
-  kernels::PackedConvTranspose conv(conv_geometry(p), w->data<float>(),
-                                    b != nullptr ? b->data<float>() : nullptr,
+  const std::optional<ConvOperands> c = conv_operands(graph, node, true, why_not);
+  if (!c) return nullptr;
+  kernels::PackedConvTranspose conv(conv_geometry(c->params), c->weight, c->bias,
                                     options.sparse_threshold);
-  return std::make_unique<ConvTransposeStep>(graph, node, std::move(conv), p.batch);
+  return std::make_unique<ConvTransposeStep>(graph, node, std::move(conv), c->params.batch);
 }
 
 // ---- MatMul / Gemm: C[M x N] = A * B ----

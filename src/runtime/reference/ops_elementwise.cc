@@ -183,30 +183,26 @@ QuantView quant_view(const RefOpContext& ctx, const Tensor& x) {
   return {x.numel() / std::max<int64_t>(1, q.channels * q.inner), q.channels, q.inner};
 }
 
-void run_quantize_linear(RefOpContext& ctx) {
+// QuantizeLinear (float32 to Q) and DequantizeLinear (Q to float32).
+template <bool kQuantize>
+void run_linear_quantization(RefOpContext& ctx) {
   const Tensor& x = input(ctx, 0);
   const Tensor& scale = input(ctx, 1);
   const Tensor* zero_point = optional_input(ctx, 2);
   Tensor& y = output(ctx, 0, x.shape());
   const QuantView v = quant_view(ctx, x);
-  dispatch(ctx, y.dtype(), TypeList<uint8_t, int8_t>{}, [&](auto type) {
+  using Types =
+      std::conditional_t<kQuantize, TypeList<uint8_t, int8_t>, TypeList<uint8_t, int8_t, int32_t>>;
+  dispatch(ctx, kQuantize ? y.dtype() : x.dtype(), Types{}, [&](auto type) {
     using Q = decltype(type);
-    ref::quantize_linear<Q>(x.data<float>(), v.outer, v.channels, v.inner, scale.data<float>(),
-                            zero_point != nullptr ? zero_point->data<Q>() : nullptr, y.data<Q>());
-  });
-}
-
-void run_dequantize_linear(RefOpContext& ctx) {
-  const Tensor& x = input(ctx, 0);
-  const Tensor& scale = input(ctx, 1);
-  const Tensor* zero_point = optional_input(ctx, 2);
-  Tensor& y = output(ctx, 0, x.shape());
-  const QuantView v = quant_view(ctx, x);
-  dispatch(ctx, x.dtype(), TypeList<uint8_t, int8_t, int32_t>{}, [&](auto type) {
-    using Q = decltype(type);
-    ref::dequantize_linear<Q>(x.data<Q>(), v.outer, v.channels, v.inner, scale.data<float>(),
-                              zero_point != nullptr ? zero_point->data<Q>() : nullptr,
-                              y.data<float>());
+    const Q* zero = zero_point != nullptr ? zero_point->data<Q>() : nullptr;
+    if constexpr (kQuantize) {
+      ref::quantize_linear<Q>(x.data<float>(), v.outer, v.channels, v.inner, scale.data<float>(),
+                              zero, y.data<Q>());
+    } else {
+      ref::dequantize_linear<Q>(x.data<Q>(), v.outer, v.channels, v.inner, scale.data<float>(),
+                                zero, y.data<float>());
+    }
   });
 }
 
@@ -429,8 +425,8 @@ constexpr RefOp kOps[] = {
     {"Identity", run_identity},
     {"Dropout", run_dropout},
     {"Cast", run_cast},
-    {"DequantizeLinear", run_dequantize_linear},
-    {"QuantizeLinear", run_quantize_linear},
+    {"DequantizeLinear", run_linear_quantization<false>},
+    {"QuantizeLinear", run_linear_quantization<true>},
     {"CastLike", run_cast},
     {"Clip", run_clip},
     {"Add", run_binary<BinaryOp::kAdd, NumericTypes>},
