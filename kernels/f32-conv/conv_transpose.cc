@@ -32,8 +32,7 @@ void check_geometry(const ConvGeometry& g) {
   const bool positive = g.in_c > 0 && g.in_h > 0 && g.in_w > 0 && g.out_c > 0 && g.out_h > 0 &&
                         g.out_w > 0 && g.kernel_h > 0 && g.kernel_w > 0 && g.stride_h > 0 &&
                         g.stride_w > 0 && g.dilation_h > 0 && g.dilation_w > 0 && g.groups > 0;
-  if (!positive || g.in_c % g.groups != 0 || g.out_c % g.groups != 0 || g.pad_top < 0 ||
-      g.pad_left < 0) {
+  if (!positive || g.in_c % g.groups != 0 || g.out_c % g.groups != 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("PackedConvTranspose: channels {} -> {} in {} groups, input {}x{}, "
                             "output {}x{}, kernel {}x{}, strides {}x{}, dilations {}x{}, pads "

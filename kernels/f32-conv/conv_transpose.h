@@ -9,7 +9,9 @@
 //
 // The geometry is a ConvGeometry read the transposed way: in_* are the op's input X, out_* its
 // output, pad_top/pad_left the output's begin pads (bottom/right padding and output_padding are
-// already in out_h/out_w), weight [in_c x out_c / groups x KH x KW] as ONNX stores it.
+// already in out_h/out_w), weight [in_c x out_c / groups x KH x KW] as ONNX stores it. A begin pad
+// may be negative (an output_shape larger than the taps reach, its total padding halved rounding
+// down): the output then starts before the first input's taps.
 #pragma once
 
 #include <cstdint>

@@ -812,9 +812,9 @@ SPARSECOL_EVERY_ISA(DepthwiseConvTest);
 
 // PackedConvTranspose on each ISA tier, dense and pruned (90% of the weights zero: the sparse
 // kernel where the layer has one group), over random geometries: kernel sizes, strides, dilations
-// and pads per axis, output padding, 1 to 3 groups, with and without bias; every tenth trial
-// wide and tall enough that cols runs in many chunks of input rows. A random range of output
-// channels must match the reference and leave the other channels untouched.
+// and pads per axis (negative begin pads too), output padding, 1 to 3 groups, with and without
+// bias; every tenth trial wide and tall enough that cols runs in many chunks of input rows. A
+// random range of output channels must match the reference and leave the other channels untouched.
 using ConvTransposeIsaTest = PerIsaTest;
 
 TEST_P(ConvTransposeIsaTest, MatchesReferenceOnRandomGeometries) {
@@ -837,8 +837,9 @@ TEST_P(ConvTransposeIsaTest, MatchesReferenceOnRandomGeometries) {
     g.dilation_w = draw(1, 2);
     const int64_t reach_h = (g.kernel_h - 1) * g.dilation_h,
                   reach_w = (g.kernel_w - 1) * g.dilation_w;
-    g.pad_top = draw(0, reach_h);
-    g.pad_left = draw(0, reach_w);
+    // Negative begin pads too: what an output_shape larger than the taps reach gives.
+    g.pad_top = draw(-2, reach_h);
+    g.pad_left = draw(-2, reach_w);
     // The end pads (leaving at least one output) and the output padding (less than the stride)
     // only change the output's size.
     const int64_t full_h = (g.in_h - 1) * g.stride_h + reach_h + 1 - g.pad_top;
