@@ -63,6 +63,27 @@ TEST(FoldBatchnorm, ConvThenBatchnormBecomesOneConvWithSameResults) {
   expect_optimize_preserves_results(g, {{"x", random_tensor({2, 3, 8, 8}, 7)}});
 }
 
+// ConvTranspose's weight holds an output channel in its second axis, per group of input
+// channels: with 2 groups and stride 2, the folded ConvTranspose gives the unfolded results.
+TEST(FoldBatchnorm, GroupedConvTransposeThenBatchnormFoldsWithSameResults) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, 4, 5, 5});
+  const int w = b.constant("w", random_tensor({4, 3, 3, 3}, 1));  // [C, M / group, k, k]: M = 6
+  const int up = b.node("ConvTranspose", {x, w, b.constant("b", random_tensor({6}, 2))},
+                        {{"group", int64_t{2}}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int bn =
+      b.node("BatchNormalization",
+             {up, b.constant("gamma", random_tensor({6}, 3, 0.5f, 2.0f)),
+              b.constant("beta", random_tensor({6}, 4)), b.constant("mean", random_tensor({6}, 5)),
+              b.constant("var", random_tensor({6}, 6, 0.5f, 2.0f))});
+  graph::Graph g = b.finish({bn});
+  graph::Graph folded = g;
+  graph::optimize(folded, runtime::evaluate_node);
+  EXPECT_EQ(count_ops(folded, "BatchNormalization"), 0);
+  EXPECT_EQ(count_ops(folded, "ConvTranspose"), 1);
+  expect_optimize_preserves_results(g, {{"x", random_tensor({2, 4, 5, 5}, 7)}});
+}
+
 TEST(FoldBatchnorm, LeavesBatchnormWhoseConvOutputHasAnotherReader) {
   GraphBuilder b;
   const int x = b.input("x", {1, 2, 4, 4});

@@ -1,6 +1,7 @@
-// BatchNormalization (inference) after a Conv folds into the Conv's weights and bias:
+// BatchNormalization (inference) after a Conv or ConvTranspose folds into its weights and bias:
 //   y = gamma * (conv(x) + b - mean) / sqrt(var + eps) + beta
-//     = conv_{W * s}(x) + (b - mean) * s + beta,   with s = gamma / sqrt(var + eps) per channel.
+//     = conv_{W * s}(x) + (b - mean) * s + beta,   with s = gamma / sqrt(var + eps) per output
+// channel. Conv's weight is [M, C / group, kernel...], ConvTranspose's [C, M / group, kernel...].
 #include <cmath>
 
 #include <fmt/format.h>
@@ -32,7 +33,8 @@ void fold_batchnorm(Graph& graph) {
     const Value& conv_value = graph.values[static_cast<std::size_t>(conv_out)];
     if (conv_value.producer < 0) continue;
     Node& conv = graph.nodes[static_cast<std::size_t>(conv_value.producer)];
-    if (conv.op_type != "Conv" || !conv.epilogue.empty() ||
+    const bool transposed = conv.op_type == "ConvTranspose";
+    if ((conv.op_type != "Conv" && !transposed) || !conv.epilogue.empty() ||
         readers[static_cast<std::size_t>(conv_out)].size() != 1 || graph.is_output(conv_out)) {
       continue;
     }
@@ -43,29 +45,45 @@ void fold_batchnorm(Graph& graph) {
     const Tensor* mean = constant_f32(graph, bn.input(3));
     const Tensor* var = constant_f32(graph, bn.input(4));
     if (!weight || (conv.input(2) >= 0 && !bias) || !gamma || !beta || !mean || !var) continue;
-    const int64_t channels = weight->rank() > 0 ? weight->dim(0) : 0;
+    if (weight->rank() < 2) continue;  // shape inference refuses such a model
+    const int64_t rows = weight->dim(0), cols = weight->dim(1);
+    const int64_t group = transposed ? conv.attr_int("group", 1) : 1;
+    if (group < 1 || rows % group != 0) continue;
+    const int64_t channels = transposed ? cols * group : rows;
     if (channels == 0 || gamma->numel() != channels || beta->numel() != channels ||
         mean->numel() != channels || var->numel() != channels ||
         (bias && bias->numel() != channels)) {
       fail(graph, bn, ErrorCode::kShapeMismatch,
            fmt::format("BatchNormalization parameters do not match the {} output channels of "
-                       "the preceding Conv '{}'",
-                       channels, conv.name));
+                       "the preceding {} '{}'",
+                       channels, conv.op_type, conv.name));
     }
     const float epsilon = bn.attr_float("epsilon", 1e-5f);
-    Tensor new_weight = weight->clone();
-    Tensor new_bias = Tensor::zeros(DType::kFloat32, {channels});
-    const int64_t per_channel = weight->numel() / channels;
-    float* w = new_weight.data<float>();
+    std::vector<double> scale(static_cast<std::size_t>(channels));
     for (int64_t c = 0; c < channels; ++c) {
-      const double scale =
+      scale[static_cast<std::size_t>(c)] =
           gamma->data<float>()[c] / std::sqrt(static_cast<double>(var->data<float>()[c]) + epsilon);
-      for (int64_t i = 0; i < per_channel; ++i) {
-        w[c * per_channel + i] = static_cast<float>(w[c * per_channel + i] * scale);
+    }
+    // The weight as runs of `taps` elements, one per (dim 0, dim 1) pair. Run (i, j) belongs to
+    // output channel i for Conv ([M, C / group, kernel...]), and for ConvTranspose ([C, M /
+    // group, kernel...]) to channel j of input channel i's group.
+    Tensor new_weight = weight->clone();
+    float* w = new_weight.data<float>();
+    const int64_t taps = rows * cols == 0 ? 0 : weight->numel() / (rows * cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const double s =
+            scale[static_cast<std::size_t>(transposed ? i / (rows / group) * cols + j : i)];
+        float* run = w + (i * cols + j) * taps;
+        for (int64_t t = 0; t < taps; ++t) run[t] = static_cast<float>(run[t] * s);
       }
+    }
+    Tensor new_bias = Tensor::zeros(DType::kFloat32, {channels});
+    for (int64_t c = 0; c < channels; ++c) {
       const double b0 = bias ? bias->data<float>()[c] : 0.0;
       new_bias.data<float>()[c] =
-          static_cast<float>((b0 - mean->data<float>()[c]) * scale + beta->data<float>()[c]);
+          static_cast<float>((b0 - mean->data<float>()[c]) * scale[static_cast<std::size_t>(c)] +
+                             beta->data<float>()[c]);
     }
     Value weight_value{conv.name + ".folded_weight",   DType::kFloat32, true,
                        make_shape(new_weight.shape()), new_weight,      -1};
