@@ -955,7 +955,7 @@ void dense_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const 
       impl.kind == PackedConv::Impl::Kind::kGemmGathered1x1) {
     // A strided layer's B: the pixels it reads gathered into planes of their own, so that it runs
     // the stride-1 product. The implicit GEMM over its one stride phase (the same copy, then one
-    // tap per block of channels through C) ran ResNet-50's downsample layers 1.4-1.6x slower
+    // tap per block of channels through C) ran ResNet-50's downsample layers 1.5-1.7x slower
     // (bench/spmm_bench.cc, dense, one thread, Zen 3).
     const int64_t n = (oh_end - oh_begin) * g.out_w;
     const float* in = src.data + (oh_begin - src.row0) * g.in_w;
