@@ -1041,17 +1041,22 @@ constexpr int64_t kStackChunkFloats = 256 * 1024;
 
 void check_channel_range(const char* caller, const PackedConv& conv, int64_t oc_begin,
                          int64_t oc_end) {
-  const int64_t granule = conv.channel_granule(), out_c = conv.geometry().out_c;
+  kernels::check_channel_range(caller, oc_begin, oc_end, conv.geometry().out_c,
+                               conv.channel_granule(), conv.implementation());
+}
+
+}  // namespace
+
+void check_channel_range(const char* caller, int64_t oc_begin, int64_t oc_end, int64_t out_c,
+                         int64_t granule, const std::string& implementation) {
   if (oc_begin < 0 || oc_end > out_c || oc_begin > oc_end || oc_begin % granule != 0 ||
       (oc_end % granule != 0 && oc_end != out_c)) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{}: output channels [{}, {}) of {} with {}, which takes ranges in "
                             "steps of {}",
-                            caller, oc_begin, oc_end, out_c, conv.implementation(), granule));
+                            caller, oc_begin, oc_end, out_c, implementation, granule));
   }
 }
-
-}  // namespace
 
 void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView& dst,
                    int64_t oh_begin, int64_t oh_end, int64_t oc_begin, int64_t oc_end,

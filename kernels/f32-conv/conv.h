@@ -152,6 +152,12 @@ class PackedConv {
   std::shared_ptr<const Impl> impl_;
 };
 
+// Throws Error(kInvalidArgument) naming `caller` and `implementation` unless output channels
+// [oc_begin, oc_end) of out_c start at a multiple of `granule` and end at one or at out_c: the
+// ranges a packed convolution's channel_granule() allows.
+void check_channel_range(const char* caller, int64_t oc_begin, int64_t oc_end, int64_t out_c,
+                         int64_t granule, const std::string& implementation);
+
 // Computes output rows [oh_begin, oh_end) of one image. `src` must hold the input rows
 // conv_input_rows() names. The epilogue's row_bias is ignored (the packed bias is used); its
 // residual, when set, is read through `residual` with the output's layout. Single-threaded;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "f32-gemm/gemm.h"
+#include "f32-gemm/ukernels.h"
 #include "f32-spmm/spmm.h"
 #include "scratch.h"
 #include "sparsecol/sparsecol.h"
@@ -128,8 +129,8 @@ int64_t PackedConvTranspose::packed_bytes() const {
   int64_t bytes = g.out_c * static_cast<int64_t>(sizeof(float));
   if (impl_->sparse) return bytes + impl_->sparse->packed_bytes();
   for (const PackedA& a : impl_->dense) {
-    const int64_t panels = (a.rows() + a.panel_rows() - 1) / a.panel_rows();
-    bytes += panels * a.panel_rows() * a.depth() * static_cast<int64_t>(sizeof(float));
+    bytes += packed_a_size(a.rows(), a.depth(), default_gemm_ukernel(a.isa()).mr) *
+             static_cast<int64_t>(sizeof(float));
   }
   return bytes;
 }
@@ -147,14 +148,8 @@ void conv_transpose2d_image(const PackedConvTranspose& conv, const float* src, f
                             int64_t oc_begin, int64_t oc_end, std::vector<float>& scratch) {
   const ConvGeometry& g = conv.geometry();
   const PackedConvTranspose::Impl& impl = *conv.impl();
-  const int64_t granule = conv.channel_granule();
-  if (oc_begin < 0 || oc_end > g.out_c || oc_begin > oc_end || oc_begin % granule != 0 ||
-      (oc_end % granule != 0 && oc_end != g.out_c)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("conv_transpose2d_image: output channels [{}, {}) of {} with {}, "
-                            "which takes ranges in steps of {}",
-                            oc_begin, oc_end, g.out_c, conv.implementation(), granule));
-  }
+  check_channel_range("conv_transpose2d_image", oc_begin, oc_end, g.out_c, conv.channel_granule(),
+                      conv.implementation());
   if (oc_begin >= oc_end) return;
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   for (int64_t c = oc_begin; c < oc_end; ++c) {
