@@ -84,6 +84,11 @@ std::vector<float> Node::attr_floats(const std::string& key,
   return v ? *v : fallback;
 }
 
+std::vector<std::string> Node::attr_strings(const std::string& key) const {
+  const auto* v = typed_attr<std::vector<std::string>>(*this, key, "a list of strings");
+  return v ? *v : std::vector<std::string>{};
+}
+
 const Tensor* Node::attr_tensor(const std::string& key) const {
   return typed_attr<Tensor>(*this, key, "a tensor");
 }

@@ -72,7 +72,8 @@ struct Node {
                                  const std::vector<int64_t>& fallback = {}) const;
   std::vector<float> attr_floats(const std::string& key,
                                  const std::vector<float>& fallback = {}) const;
-  const Tensor* attr_tensor(const std::string& key) const;  // nullptr when absent
+  std::vector<std::string> attr_strings(const std::string& key) const;  // empty when absent
+  const Tensor* attr_tensor(const std::string& key) const;              // nullptr when absent
 
   // The op's own inputs come first; operands of kAdd epilogue ops are appended after them.
   std::size_t own_input_count() const;

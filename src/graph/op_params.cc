@@ -462,6 +462,76 @@ LayerNormParams parse_layer_norm(const Graph& graph, const Node& node,
   return p;
 }
 
+RecurrentParams parse_recurrent(const Graph& graph, const Node& node,
+                                const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
+  RecurrentParams p;
+  const bool lstm = node.op_type == "LSTM";
+  p.gates = lstm ? 4 : node.op_type == "GRU" ? 3 : 1;
+  const std::string direction = node.attr_string("direction", "forward");
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+    fail(graph, node, ErrorCode::kInvalidModel,
+         fmt::format("attribute direction = '{}': expected forward, reverse or bidirectional",
+                     direction));
+  }
+  p.reverse = direction == "reverse";
+  p.directions = direction == "bidirectional" ? 2 : 1;
+  const int64_t layout = node.attr_int("layout", 0);
+  if (layout != 0 && layout != 1) {
+    fail(graph, node, ErrorCode::kInvalidModel,
+         fmt::format("attribute layout = {}: expected 0 or 1", layout));
+  }
+  p.batch_major = layout == 1;
+  if (node.attr_float("clip", 1.0f) <= 0.0f) {
+    fail(graph, node, ErrorCode::kInvalidModel, "attribute clip must be positive");
+  }
+  auto shape = [&](std::size_t i) -> const std::optional<std::vector<int64_t>>& {
+    static const std::optional<std::vector<int64_t>> kAbsent;
+    return i < shapes.size() ? shapes[i] : kAbsent;
+  };
+  constexpr const char* kNames[] = {"X",         "W",         "R", "B", "sequence_lens",
+                                    "initial_h", "initial_c", "P"};
+  auto expect = [&](std::size_t i, const std::vector<int64_t>& expected) {
+    if (shape(i) && *shape(i) != expected) {
+      fail(graph, node, ErrorCode::kShapeMismatch,
+           fmt::format("input {} has shape {}, expected {}", kNames[i], dims(*shape(i)),
+                       dims(expected)));
+    }
+  };
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (!shape(i) || shape(i)->size() != 3) {
+      fail(graph, node, ErrorCode::kShapeMismatch,
+           fmt::format("input {} must have rank 3, got {}", kNames[i],
+                       shape(i) ? dims(*shape(i)) : std::string("none")));
+    }
+  }
+  const std::vector<int64_t>& x = *shape(0);
+  p.seq_length = x[p.batch_major ? 1 : 0];
+  p.batch = x[p.batch_major ? 0 : 1];
+  p.input_size = x[2];
+  p.hidden_size = node.attr_int("hidden_size", (*shape(2))[2]);
+  if (p.hidden_size <= 0) {
+    fail(graph, node, ErrorCode::kInvalidModel,
+         fmt::format("attribute hidden_size = {} must be positive", p.hidden_size));
+  }
+  const int64_t d = p.directions, h = p.hidden_size, gh = p.gates * h;
+  expect(1, {d, gh, p.input_size});
+  expect(2, {d, gh, h});
+  expect(3, {d, 2 * gh});
+  expect(4, {p.batch});
+  p.state_shape =
+      p.batch_major ? std::vector<int64_t>{p.batch, d, h} : std::vector<int64_t>{d, p.batch, h};
+  expect(5, p.state_shape);
+  if (!lstm && shapes.size() > 6) {
+    fail(graph, node, ErrorCode::kInvalidModel,
+         fmt::format("{} has at most 6 inputs, got {}", node.op_type, shapes.size()));
+  }
+  expect(6, p.state_shape);
+  expect(7, {d, 3 * h});
+  p.y_shape = p.batch_major ? std::vector<int64_t>{p.batch, p.seq_length, d, h}
+                            : std::vector<int64_t>{p.seq_length, d, p.batch, h};
+  return p;
+}
+
 ChannelLayout parse_channel_layout(const Graph& graph, const Node& node,
                                    const std::vector<int64_t>& x_shape, std::size_t min_rank) {
   if (x_shape.size() < min_rank) {

@@ -111,6 +111,20 @@ LayerNormParams parse_layer_norm(const Graph& graph, const Node& node,
                                  const std::vector<int64_t>& scale_shape,
                                  const std::optional<std::vector<int64_t>>& bias_shape);
 
+// RNN, GRU and LSTM (opsets 7-14): sizes, direction and layout, checked against the shapes of
+// the inputs present (X, W, R, then the optional B, sequence_lens, initial_h, and LSTM's
+// initial_c and P; std::nullopt for omitted ones). The activation functions are the runtime's to
+// read (their names map to kernel functions).
+struct RecurrentParams {
+  int64_t gates = 1;  // RNN 1, GRU 3, LSTM 4
+  int64_t seq_length = 0, batch = 0, input_size = 0, hidden_size = 0, directions = 1;
+  bool reverse = false;                       // direction = "reverse"
+  bool batch_major = false;                   // layout = 1
+  std::vector<int64_t> y_shape, state_shape;  // Y; Y_h, Y_c and the initial states
+};
+RecurrentParams parse_recurrent(const Graph& graph, const Node& node,
+                                const std::vector<std::optional<std::vector<int64_t>>>& shapes);
+
 // X seen as [N, C, inner], inner being the product of the dimensions after C.
 struct ChannelLayout {
   int64_t batch = 0, channels = 0, inner = 1;

@@ -106,21 +106,38 @@ void infer_softmax(InferContext& ctx) {
   ctx.set_output(0, DType::kFloat32, ctx.shape(0));
 }
 
+void infer_recurrent(InferContext& ctx) {
+  const bool lstm = ctx.node().op_type == "LSTM";
+  ctx.expect_inputs(3, lstm ? 8 : 6);
+  std::vector<std::optional<std::vector<int64_t>>> shapes;
+  for (std::size_t i = 0; i < ctx.input_count(); ++i) {
+    if (ctx.has_input(i)) ctx.expect_dtype(i, {i == 4 ? DType::kInt32 : DType::kFloat32});
+    shapes.push_back(optional_shape(ctx, i));
+  }
+  const RecurrentParams p = parse_recurrent(ctx.graph(), ctx.node(), shapes);
+  ctx.set_output(0, DType::kFloat32, p.y_shape);                // Y
+  ctx.set_output(1, DType::kFloat32, p.state_shape);            // Y_h
+  if (lstm) ctx.set_output(2, DType::kFloat32, p.state_shape);  // Y_c
+}
+
 constexpr OpDef kNnOps[] = {
     {"AveragePool", infer_pool},
     {"BatchNormalization", infer_batch_norm},
     {"Conv", infer_conv},
     {"ConvTranspose", infer_conv_transpose},
+    {"GRU", infer_recurrent},
     {"Gemm", infer_gemm},
     {"GlobalAveragePool", infer_global_pool},
     {"GlobalMaxPool", infer_global_pool},
     {"Hardmax", infer_softmax},
     {"InstanceNormalization", infer_instance_norm},
     {"LRN", infer_lrn},
+    {"LSTM", infer_recurrent},
     {"LayerNormalization", infer_layer_norm},
     {"LogSoftmax", infer_softmax},
     {"MatMul", infer_matmul},
     {"MaxPool", infer_pool},
+    {"RNN", infer_recurrent},
     {"Softmax", infer_softmax},
 };
 

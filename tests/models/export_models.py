@@ -157,6 +157,22 @@ class SmallSegmenter(nn.Module):
                                          align_corners=False)
 
 
+class SmallSeq(nn.Module):
+    """A sequence classifier: two bidirectional LSTM layers, a GRU, a linear head on the last step
+    (ONNX LSTM and GRU nodes; batch first, which torch exports as layout 0 between Transposes)."""
+
+    def __init__(self, features=32, hidden=48, classes=10):
+        super().__init__()
+        self.lstm = nn.LSTM(features, hidden, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = nn.GRU(2 * hidden, hidden, batch_first=True)
+        self.fc = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y)
+        return self.fc(y[:, -1])
+
+
 class VitTiny(nn.Module):
     """torchvision's VisionTransformer in miniature (96x96 images, 8x8 patches: 145 tokens, enough
     for the depth-wise plan's token columns; 2 layers): its class token is expanded to the batch
@@ -312,6 +328,7 @@ MODELS = {
                      ["vit.conv_proj", "vit.encoder.layers.encoder_layer_0"]),
     "small_segmenter": Spec(build_cnn(SmallSegmenter, (3, 64, 64)), (3, 64, 64), False,
                             ["head", "up"]),
+    "small_seq": Spec(lambda gen: SmallSeq(), (20, 32), False, ["fc"]),
 }
 
 

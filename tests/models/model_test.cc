@@ -339,7 +339,7 @@ std::vector<ModelCase> all_cases() {
   std::vector<ModelCase> cases;
   for (const char* model :
        {"small_cnn", "resnet50", "mobilenet_v2", "bert", "resnet50_s90", "resnet50_s95",
-        "mobilenet_v2_s80", "bert_s90", "vit_tiny", "small_segmenter"}) {
+        "mobilenet_v2_s80", "bert_s90", "vit_tiny", "small_segmenter", "small_seq"}) {
     for (Schedule s :
          {Schedule::kReference, Schedule::kLayerWise, Schedule::kOneDnn, Schedule::kDepthWise}) {
       cases.push_back({model, s});
