@@ -475,4 +475,44 @@ template void top_k<int32_t>(const int32_t*, int64_t, int64_t, int64_t, int64_t,
 template void top_k<int64_t>(const int64_t*, int64_t, int64_t, int64_t, int64_t, bool, int64_t*,
                              int64_t*);
 
+template <typename T>
+void einsum(std::span<const int64_t> sizes, std::span<const T* const> inputs,
+            const std::vector<std::vector<int64_t>>& input_strides,
+            std::span<const int64_t> output_strides, int64_t output_numel, T* out) {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+  std::vector<Acc> acc(static_cast<std::size_t>(output_numel), Acc{0});
+  const std::size_t labels = sizes.size(), operands = inputs.size();
+  const bool empty = std::find(sizes.begin(), sizes.end(), int64_t{0}) != sizes.end();
+  // An odometer over the labels, the last fastest, moving every operand's offset with it.
+  std::vector<int64_t> at(labels, 0), offset(operands, 0);
+  int64_t out_offset = 0;
+  while (!empty) {
+    Acc product{1};
+    for (std::size_t i = 0; i < operands; ++i) product *= static_cast<Acc>(inputs[i][offset[i]]);
+    acc[static_cast<std::size_t>(out_offset)] += product;
+    std::size_t l = labels;
+    for (; l-- > 0;) {
+      const bool wraps = ++at[l] == sizes[l];
+      const int64_t step = wraps ? 1 - sizes[l] : 1;
+      for (std::size_t i = 0; i < operands; ++i) offset[i] += step * input_strides[i][l];
+      out_offset += step * output_strides[l];
+      if (!wraps) break;
+      at[l] = 0;
+    }
+    if (l == static_cast<std::size_t>(-1)) break;  // every label wrapped: done
+  }
+  for (int64_t o = 0; o < output_numel; ++o)
+    out[o] = static_cast<T>(acc[static_cast<std::size_t>(o)]);
+}
+
+#define SPARSECOL_EINSUM(T)                                                                   \
+  template void einsum<T>(std::span<const int64_t>, std::span<const T* const>,                \
+                          const std::vector<std::vector<int64_t>>&, std::span<const int64_t>, \
+                          int64_t, T*);
+SPARSECOL_EINSUM(float)
+SPARSECOL_EINSUM(double)
+SPARSECOL_EINSUM(int32_t)
+SPARSECOL_EINSUM(int64_t)
+#undef SPARSECOL_EINSUM
+
 }  // namespace sparsecol::kernels::reference

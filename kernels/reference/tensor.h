@@ -117,4 +117,14 @@ template <typename T>
 void top_k(const T* src, int64_t outer, int64_t dim, int64_t inner, int64_t k, bool largest,
            T* values, int64_t* indices);
 
+// Einsum as one loop per label: for every combination of label values (sizes[l] each),
+// out[sum of value * output_strides] += the product over the inputs of
+// inputs[i][sum of value * input_strides[i]]. A stride is 0 where the operand lacks the label
+// (or broadcasts it), the sum of its axes' strides where the label repeats in one term (a
+// diagonal). Sums in double (int64 for integer T). T: float, double, int32_t, int64_t.
+template <typename T>
+void einsum(std::span<const int64_t> sizes, std::span<const T* const> inputs,
+            const std::vector<std::vector<int64_t>>& input_strides,
+            std::span<const int64_t> output_strides, int64_t output_numel, T* out);
+
 }  // namespace sparsecol::kernels::reference

@@ -6,9 +6,13 @@
 #include "graph/ops_tensor.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <string>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -399,6 +403,19 @@ void infer_scatter_elements(InferContext& ctx) {
   ctx.set_output(0, ctx.dtype(0), data);
 }
 
+void infer_einsum(InferContext& ctx) {
+  ctx.expect_inputs(1, std::numeric_limits<std::size_t>::max());
+  std::vector<std::vector<int64_t>> shapes;
+  for (std::size_t i = 0; i < ctx.input_count(); ++i) {
+    ctx.expect_dtype(i, {ctx.dtype(0)});
+    shapes.push_back(ctx.shape(i));
+  }
+  ctx.expect_dtype(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  set_sized_output(
+      ctx, 0, ctx.dtype(0),
+      resolve_einsum(ctx, ctx.node().attr_string("equation", ""), shapes).output_shape);
+}
+
 void infer_top_k(InferContext& ctx) {
   ctx.expect_inputs(2, 2);
   ctx.expect_dtype(1, {DType::kInt64});
@@ -704,6 +721,7 @@ constexpr OpDef kTensorOps[] = {
     {"ConstantOfShape", infer_constant_of_shape},
     {"CumSum", infer_cumsum},
     {"DepthToSpace", infer_depth_to_space},
+    {"Einsum", infer_einsum},
     {"Expand", infer_expand},
     {"EyeLike", infer_eye_like},
     {"Flatten", infer_flatten},
@@ -870,6 +888,141 @@ std::vector<int64_t> nd_slices_shape(const InferContext& ctx, const std::vector<
   shape.insert(shape.end(), data.begin() + static_cast<std::ptrdiff_t>(b) + indices.back(),
                data.end());
   return shape;
+}
+
+EinsumSpec resolve_einsum(const InferContext& ctx, const std::string& equation,
+                          const std::vector<std::vector<int64_t>>& shapes) {
+  std::string eq;
+  std::copy_if(equation.begin(), equation.end(), std::back_inserter(eq),
+               [](char c) { return c != ' '; });
+  const std::size_t arrow = eq.find("->");
+  const bool explicit_output = arrow != std::string::npos;
+  // Terms as labels: a letter, or kEllipsis for "...".
+  constexpr int kEllipsis = -1;
+  auto parse_term = [&](const std::string& term) {
+    std::vector<int> labels;
+    for (std::size_t i = 0; i < term.size(); ++i) {
+      if (term.compare(i, 3, "...") == 0 &&
+          std::find(labels.begin(), labels.end(), kEllipsis) == labels.end()) {
+        labels.push_back(kEllipsis);
+        i += 2;
+      } else if (std::isalpha(static_cast<unsigned char>(term[i]))) {
+        labels.push_back(term[i]);
+      } else {
+        ctx.fail(ErrorCode::kInvalidModel,
+                 fmt::format("equation '{}': term '{}' holds '{}' (terms are letters and at most "
+                             "one '...')",
+                             equation, term, term[i]));
+      }
+    }
+    return labels;
+  };
+  std::vector<std::vector<int>> terms;
+  const std::string lhs = eq.substr(0, arrow);
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = lhs.find(',', start);
+    terms.push_back(parse_term(lhs.substr(start, comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (terms.size() != shapes.size()) {
+    ctx.fail(ErrorCode::kInvalidModel, fmt::format("equation '{}' has {} input terms for {} inputs",
+                                                   equation, terms.size(), shapes.size()));
+  }
+  // The ellipsis' rank: the most dimensions any input gives it.
+  int64_t ellipsis_rank = 0;
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    const auto letters = static_cast<int64_t>(
+        std::count_if(terms[i].begin(), terms[i].end(), [](int l) { return l != kEllipsis; }));
+    const bool has_ellipsis = letters != static_cast<int64_t>(terms[i].size());
+    const auto rank = static_cast<int64_t>(shapes[i].size());
+    if (rank < letters || (!has_ellipsis && rank != letters)) {
+      ctx.fail(ErrorCode::kShapeMismatch,
+               fmt::format("equation '{}': input {} has rank {}, its term names {} dimensions{}",
+                           equation, i, rank, letters, has_ellipsis ? " and '...'" : ""));
+    }
+    if (has_ellipsis) ellipsis_rank = std::max(ellipsis_rank, rank - letters);
+  }
+  // Label ids: the ellipsis' dimensions first, then the letters in order of appearance.
+  EinsumSpec spec;
+  spec.sizes.assign(static_cast<std::size_t>(ellipsis_rank), 1);
+  std::map<int, std::size_t> letter_id;
+  std::map<int, int> uses;
+  auto id_of = [&](int letter) {
+    auto [it, added] = letter_id.emplace(letter, spec.sizes.size());
+    if (added) spec.sizes.push_back(-1);  // size not seen yet
+    return it->second;
+  };
+  std::vector<std::vector<std::size_t>> axis_labels(terms.size());  // label id of each axis
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    const auto rank = static_cast<int64_t>(shapes[i].size());
+    const int64_t given = rank - static_cast<int64_t>(terms[i].size()) + 1;  // "..." dims here
+    for (int l : terms[i]) {
+      if (l == kEllipsis) {
+        for (int64_t e = ellipsis_rank - given; e < ellipsis_rank; ++e)
+          axis_labels[i].push_back(static_cast<std::size_t>(e));
+      } else {
+        axis_labels[i].push_back(id_of(l));
+        ++uses[l];
+      }
+    }
+    for (std::size_t a = 0; a < axis_labels[i].size(); ++a) {
+      int64_t& size = spec.sizes[axis_labels[i][a]];
+      const int64_t dim = shapes[i][a];
+      const bool ellipsis = axis_labels[i][a] < static_cast<std::size_t>(ellipsis_rank);
+      if (size == -1 || (ellipsis && size == 1)) {
+        size = dim;
+      } else if (dim != size && !(ellipsis && dim == 1)) {
+        ctx.fail(ErrorCode::kShapeMismatch,
+                 fmt::format("equation '{}': input {} axis {} has size {} where its label has "
+                             "size {}",
+                             equation, i, a, dim, size));
+      }
+    }
+  }
+  std::vector<std::size_t> out_labels;
+  if (explicit_output) {
+    for (int l : parse_term(eq.substr(arrow + 2))) {
+      if (l == kEllipsis) {
+        for (int64_t e = 0; e < ellipsis_rank; ++e)
+          out_labels.push_back(static_cast<std::size_t>(e));
+      } else if (!letter_id.contains(l)) {
+        ctx.fail(ErrorCode::kInvalidModel,
+                 fmt::format("equation '{}': output label '{}' is in no input term", equation,
+                             static_cast<char>(l)));
+      } else if (std::find(out_labels.begin(), out_labels.end(), letter_id[l]) !=
+                 out_labels.end()) {
+        ctx.fail(ErrorCode::kInvalidModel,
+                 fmt::format("equation '{}': output label '{}' appears twice", equation,
+                             static_cast<char>(l)));
+      } else {
+        out_labels.push_back(letter_id[l]);
+      }
+    }
+  } else {
+    for (int64_t e = 0; e < ellipsis_rank; ++e) out_labels.push_back(static_cast<std::size_t>(e));
+    for (const auto& [letter, count] : uses) {  // std::map: alphabetical (ASCII) order
+      if (count == 1) out_labels.push_back(letter_id[letter]);
+    }
+  }
+  spec.output_strides.assign(spec.sizes.size(), 0);
+  int64_t stride = 1;
+  for (std::size_t k = out_labels.size(); k-- > 0;) {
+    spec.output_strides[out_labels[k]] = stride;
+    stride *= spec.sizes[out_labels[k]];
+  }
+  for (std::size_t l : out_labels) spec.output_shape.push_back(spec.sizes[l]);
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    std::vector<int64_t> strides(spec.sizes.size(), 0);
+    int64_t axis_stride = 1;
+    for (std::size_t a = axis_labels[i].size(); a-- > 0;) {
+      if (shapes[i][a] != 1 || spec.sizes[axis_labels[i][a]] == 1)
+        strides[axis_labels[i][a]] += axis_stride;  // a size-1 axis under a larger label: 0
+      axis_stride *= shapes[i][a];
+    }
+    spec.input_strides.push_back(std::move(strides));
+  }
+  return spec;
 }
 
 TopKSpec resolve_top_k(const InferContext& ctx, const std::vector<int64_t>& x, const Tensor& k) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,21 @@ struct TopKSpec {
   int64_t k = 0;
 };
 TopKSpec resolve_top_k(const InferContext& ctx, const std::vector<int64_t>& x, const Tensor& k);
+
+// Einsum: the equation (numpy's notation: terms of letters and at most one "..." each, comma
+// separated, then optionally "->" and the output's term; without it the output is the
+// ellipsis' dimensions then the letters used once, in alphabetical order) resolved against the
+// input shapes into one loop per label (a letter, or a dimension of the ellipsis, which
+// broadcasts numpy's way), with each operand's element stride along it (see
+// kernels/reference/tensor.h, einsum). A letter must have one size wherever it appears.
+struct EinsumSpec {
+  std::vector<int64_t> sizes;                       // per label
+  std::vector<std::vector<int64_t>> input_strides;  // per input, per label
+  std::vector<int64_t> output_strides;              // per label; 0 for a summed label
+  std::vector<int64_t> output_shape;
+};
+EinsumSpec resolve_einsum(const InferContext& ctx, const std::string& equation,
+                          const std::vector<std::vector<int64_t>>& shapes);
 
 // ScatterElements: the element offset into data of every element of indices, its
 // own position with the coordinate along `axis` replaced by its value ([-dim, dim), negative

@@ -158,19 +158,22 @@ class SmallSegmenter(nn.Module):
 
 
 class SmallSeq(nn.Module):
-    """A sequence classifier: two bidirectional LSTM layers, a GRU, a linear head on the last step
-    (ONNX LSTM and GRU nodes; batch first, which torch exports as layout 0 between Transposes)."""
+    """A sequence classifier: two bidirectional LSTM layers, a GRU, attention pooling over the
+    steps written with torch.einsum, a linear head (ONNX LSTM, GRU and Einsum nodes; batch first,
+    which torch exports as layout 0 between Transposes)."""
 
     def __init__(self, features=32, hidden=48, classes=10):
         super().__init__()
         self.lstm = nn.LSTM(features, hidden, num_layers=2, bidirectional=True, batch_first=True)
         self.gru = nn.GRU(2 * hidden, hidden, batch_first=True)
+        self.query = nn.Parameter(torch.randn(hidden))
         self.fc = nn.Linear(hidden, classes)
 
     def forward(self, x):
         y, _ = self.lstm(x)
         y, _ = self.gru(y)
-        return self.fc(y[:, -1])
+        weights = torch.einsum("bth,h->bt", y, self.query).softmax(-1)
+        return self.fc(torch.einsum("bt,bth->bh", weights, y))
 
 
 class VitTiny(nn.Module):

@@ -407,10 +407,12 @@ TEST_P(DepthwiseTileTest, PlanReportComparesWithLayerByLayer) {
   EXPECT_NE(report.find("  column 0 "), std::string::npos) << "no columns";
 }
 
+// The models with columns: small_seq has none (its recurrent, Einsum and Softmax nodes run
+// whole), so the depth-wise schedule runs it layer by layer, which the other tests check.
 std::vector<ModelCase> depthwise_cases() {
   std::vector<ModelCase> cases;
   for (const ModelCase& c : all_cases()) {
-    if (c.schedule == Schedule::kDepthWise) cases.push_back(c);
+    if (c.schedule == Schedule::kDepthWise && c.model != "small_seq") cases.push_back(c);
   }
   return cases;
 }

@@ -991,6 +991,99 @@ TEST(ReferenceTensor, RangeCountsLikeCeilingDivision) {
       ErrorCode::kInvalidModel, {"delta"});
 }
 
+// ---- Einsum ----
+
+// Small integers, so that every product and sum is exact and the loops below must match bit for
+// bit.
+Tensor small_ints(std::vector<int64_t> shape, std::mt19937& rng) {
+  Tensor t = Tensor::zeros(DType::kInt64, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = uniform(rng, -5, 5);
+  return t;
+}
+
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& inputs) {
+  OpSpec spec{.op = "Einsum", .attrs = {{"equation", equation}}, .opset = 12};
+  for (const Tensor& t : inputs) spec.inputs.push_back(runtime_input(t));
+  return run1(spec);
+}
+
+// Batched products with the ellipsis broadcasting (a batch of 1 against 5), explicit and
+// implicit outputs, against plain loops.
+TEST(ReferenceTensor, EinsumBatchedProductsBroadcastTheEllipsis) {
+  std::mt19937 rng(7);
+  const Tensor a = small_ints({2, 1, 3, 4}, rng), b = small_ints({5, 4, 2}, rng);
+  const Tensor c = einsum("...ij,...jk->...ik", {a, b});
+  ASSERT_EQ(c.shape(), (std::vector<int64_t>{2, 5, 3, 2}));
+  for (int64_t p = 0; p < 2; ++p) {
+    for (int64_t q = 0; q < 5; ++q) {
+      for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t k = 0; k < 2; ++k) {
+          int64_t sum = 0;
+          for (int64_t j = 0; j < 4; ++j) {
+            sum += a.data<int64_t>()[(p * 3 + i) * 4 + j] * b.data<int64_t>()[(q * 4 + j) * 2 + k];
+          }
+          EXPECT_EQ(c.data<int64_t>()[((p * 5 + q) * 3 + i) * 2 + k], sum);
+        }
+      }
+    }
+  }
+  // Implicit output: the ellipsis, then the letters used once, alphabetically.
+  const Tensor implicit = einsum("...ij,...jk", {a, b});
+  EXPECT_EQ(values<int64_t>(implicit), values<int64_t>(c));
+  const Tensor m = small_ints({3, 4}, rng);
+  const Tensor transposed = einsum("ji", {m});  // implicit "ij": the transpose
+  ASSERT_EQ(transposed.shape(), (std::vector<int64_t>{4, 3}));
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 4; ++j)
+      EXPECT_EQ(transposed.data<int64_t>()[j * 3 + i], m.data<int64_t>()[i * 4 + j]);
+  }
+}
+
+// A label repeated in one term takes the diagonal; one missing from the output is summed; three
+// operands multiply; float32 sums in double.
+TEST(ReferenceTensor, EinsumDiagonalsSumsAndOuterProducts) {
+  std::mt19937 rng(8);
+  const Tensor sq = small_ints({2, 3, 3}, rng);
+  const Tensor diagonal = einsum("bii->bi", {sq}), trace = einsum("bii->b", {sq});
+  const Tensor total = einsum("bij->", {sq});
+  ASSERT_EQ(diagonal.shape(), (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(total.shape(), (std::vector<int64_t>{}));
+  int64_t all = 0;
+  for (int64_t n = 0; n < 2; ++n) {
+    int64_t t = 0;
+    for (int64_t i = 0; i < 3; ++i) {
+      const int64_t d = sq.data<int64_t>()[(n * 3 + i) * 3 + i];
+      EXPECT_EQ(diagonal.data<int64_t>()[n * 3 + i], d);
+      t += d;
+      for (int64_t j = 0; j < 3; ++j) all += sq.data<int64_t>()[(n * 3 + i) * 3 + j];
+    }
+    EXPECT_EQ(trace.data<int64_t>()[n], t);
+  }
+  EXPECT_EQ(total.data<int64_t>()[0], all);
+  const Tensor x = floats({2}, {1, 2}), y = floats({3}, {1, 10, 100}), z = floats({1}, {0.5f});
+  EXPECT_EQ(values<float>(einsum("i,j,k->ijk", {x, y, z})),
+            (std::vector<float>{0.5f, 5, 50, 1, 10, 100}));
+  const Tensor big = floats({3}, {1e8f, 1, -1e8f});
+  EXPECT_EQ(values<float>(einsum("i->", {big}))[0], 1.0f);  // float sums would give 0
+}
+
+TEST(ReferenceTensor, EinsumRefusesEquationsThatDoNotFitTheInputs) {
+  const Tensor m = floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto spec = [&](const std::string& equation, std::vector<Tensor> inputs) {
+    OpSpec s{.op = "Einsum", .attrs = {{"equation", equation}}, .opset = 12};
+    for (Tensor& t : inputs) s.inputs.push_back(runtime_input(std::move(t)));
+    return s;
+  };
+  expect_error(spec("ij,jk->ik", {m}), ErrorCode::kInvalidModel, {"2 input terms for 1 inputs"});
+  expect_error(spec("ijk->i", {m}), ErrorCode::kShapeMismatch,
+               {"input 0 has rank 2, its term names 3 dimensions"});
+  expect_error(spec("ij,ij->ij", {m, floats({3, 2}, {1, 2, 3, 4, 5, 6})}),
+               ErrorCode::kShapeMismatch, {"input 1 axis 0 has size 3 where its label has size 2"});
+  expect_error(spec("i1->i", {m}), ErrorCode::kInvalidModel, {"holds '1'"});
+  expect_error(spec("ij->ik", {m}), ErrorCode::kInvalidModel, {"output label 'k' is in no input"});
+  expect_error(spec("ij->ii", {m}), ErrorCode::kInvalidModel, {"output label 'i' appears twice"});
+}
+
 // ---- TopK, ScatterElements, GatherND ----
 
 // Equal elements come in index order and a NaN above every number, whichever end is taken;

@@ -516,6 +516,22 @@ void run_scatter_elements(RefOpContext& ctx) {
   scatter_into(ctx, data, updates, offsets, 1);
 }
 
+void run_einsum(RefOpContext& ctx) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (std::size_t i = 0; i < ctx.inputs.size(); ++i) shapes.push_back(input(ctx, i).shape());
+  const graph::EinsumSpec spec =
+      graph::resolve_einsum(site(ctx), ctx.node.attr_string("equation", ""), shapes);
+  const DType dtype = input(ctx, 0).dtype();
+  Tensor& out = checked_output(ctx, 0, dtype, spec.output_shape);
+  visit_arithmetic(ctx, dtype, [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<const T*> operands;
+    for (std::size_t i = 0; i < ctx.inputs.size(); ++i) operands.push_back(input(ctx, i).data<T>());
+    kernels::einsum<T>(spec.sizes, operands, spec.input_strides, spec.output_strides, out.numel(),
+                       out.data<T>());
+  });
+}
+
 void run_top_k(RefOpContext& ctx) {
   const Tensor& x = input(ctx, 0);
   const graph::TopKSpec spec = graph::resolve_top_k(site(ctx), x.shape(), input(ctx, 1));
@@ -616,6 +632,7 @@ constexpr RefOp kTensorReferenceOps[] = {
     {"ConstantOfShape", run_constant_of_shape},
     {"CumSum", run_cumsum},
     {"DepthToSpace", run_depth_to_space},
+    {"Einsum", run_einsum},
     {"Expand", run_expand},
     {"EyeLike", run_eye_like},
     {"Flatten", run_copy},
