@@ -277,4 +277,98 @@ void resize(const float* src, std::span<const int64_t> src_shape, float* dst,
   }
 }
 
+namespace {
+
+// x reflected into [lo, hi] as often as it takes (a mirror at each end).
+double reflect(double x, double lo, double hi) {
+  const double range = hi - lo;
+  if (range <= 0.0) return lo;
+  if (x >= lo && x <= hi) return x;
+  const double d = x < lo ? lo - x : x - hi;
+  const double flips = std::floor(d / range), rest = d - flips * range;
+  const bool back = static_cast<int64_t>(flips) % 2 == 0;  // an even number of mirrors crossed
+  return x < lo ? (back ? lo + rest : hi - rest) : (back ? hi - rest : lo + rest);
+}
+
+}  // namespace
+
+void grid_sample(const float* x, const float* grid, float* y, const GridSampleShape& s) {
+  const double lo_x = s.align_corners ? 0.0 : -0.5,
+               hi_x = s.align_corners ? s.in_w - 1 : s.in_w - 0.5;
+  const double lo_y = s.align_corners ? 0.0 : -0.5,
+               hi_y = s.align_corners ? s.in_h - 1 : s.in_h - 0.5;
+  // Normalized [-1, 1] to pixel coordinates.
+  auto pixel = [&](double v, int64_t size) {
+    return s.align_corners ? (v + 1.0) / 2.0 * static_cast<double>(size - 1)
+                           : ((v + 1.0) * static_cast<double>(size) - 1.0) / 2.0;
+  };
+  for (int64_t n = 0; n < s.batch; ++n) {
+    for (int64_t c = 0; c < s.channels; ++c) {
+      const float* image = x + (n * s.channels + c) * s.in_h * s.in_w;
+      // The image's value at integer (r, col), by the padding mode off the image.
+      auto at = [&](int64_t r, int64_t col) -> double {
+        switch (s.padding) {
+          case GridPadding::kZeros:
+            if (r < 0 || r >= s.in_h || col < 0 || col >= s.in_w) return 0.0;
+            break;
+          case GridPadding::kBorder:
+            r = std::clamp<int64_t>(r, 0, s.in_h - 1);
+            col = std::clamp<int64_t>(col, 0, s.in_w - 1);
+            break;
+          case GridPadding::kReflection:
+            r = static_cast<int64_t>(reflect(static_cast<double>(r), lo_y, hi_y));
+            col = static_cast<int64_t>(reflect(static_cast<double>(col), lo_x, hi_x));
+            r = std::clamp<int64_t>(r, 0, s.in_h - 1);
+            col = std::clamp<int64_t>(col, 0, s.in_w - 1);
+            break;
+        }
+        return image[r * s.in_w + col];
+      };
+      for (int64_t i = 0; i < s.out_h; ++i) {
+        for (int64_t j = 0; j < s.out_w; ++j) {
+          const float* point = grid + ((n * s.out_h + i) * s.out_w + j) * 2;
+          double px = pixel(point[0], s.in_w), py = pixel(point[1], s.in_h);
+          if (s.mode == GridSampleMode::kNearest) {
+            px = std::nearbyint(px);  // the default rounding mode: halves to even
+            py = std::nearbyint(py);
+          }
+          // A point off the image moves onto it first, except with zeros.
+          if (s.padding == GridPadding::kBorder) {
+            px = std::clamp(px, 0.0, static_cast<double>(s.in_w - 1));
+            py = std::clamp(py, 0.0, static_cast<double>(s.in_h - 1));
+          } else if (s.padding == GridPadding::kReflection) {
+            px = reflect(px, lo_x, hi_x);
+            py = reflect(py, lo_y, hi_y);
+          }
+          double v = 0.0;
+          const auto x0 = static_cast<int64_t>(std::floor(px)),
+                     y0 = static_cast<int64_t>(std::floor(py));
+          const double fx = px - static_cast<double>(x0), fy = py - static_cast<double>(y0);
+          switch (s.mode) {
+            case GridSampleMode::kNearest:
+              v = at(static_cast<int64_t>(py), static_cast<int64_t>(px));
+              break;
+            case GridSampleMode::kBilinear:
+              v = (1.0 - fy) * ((1.0 - fx) * at(y0, x0) + fx * at(y0, x0 + 1)) +
+                  fy * ((1.0 - fx) * at(y0 + 1, x0) + fx * at(y0 + 1, x0 + 1));
+              break;
+            case GridSampleMode::kBicubic: {
+              double wx[4], wy[4];
+              cubic_weights(fx, -0.75, wx);
+              cubic_weights(fy, -0.75, wy);
+              for (int64_t a = 0; a < 4; ++a) {
+                double row = 0.0;
+                for (int64_t b = 0; b < 4; ++b) row += wx[b] * at(y0 - 1 + a, x0 - 1 + b);
+                v += wy[a] * row;
+              }
+              break;
+            }
+          }
+          y[((n * s.channels + c) * s.out_h + i) * s.out_w + j] = static_cast<float>(v);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace sparsecol::kernels::reference

@@ -47,4 +47,21 @@ struct ResizeParams {
 void resize(const float* src, std::span<const int64_t> src_shape, float* dst,
             std::span<const int64_t> dst_shape, const ResizeParams& params);
 
+// GridSample (opset 16): output pixel (n, c, i, j) samples channel c of image n at the point
+// grid[n, i, j] = (x, y), normalized to [-1, 1] across the image (align_corners: the corner
+// pixels' centres, else their outer edges). Points and taps off the image read zeros, the
+// border pixels (kBorder) or the image reflected at its edges (kReflection). Bicubic uses Keys'
+// weights with a = -0.75; nearest rounds halves to even. Computed in double.
+enum class GridSampleMode { kBilinear, kNearest, kBicubic };
+enum class GridPadding { kZeros, kBorder, kReflection };
+struct GridSampleShape {
+  int64_t batch = 0, channels = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  GridSampleMode mode = GridSampleMode::kBilinear;
+  GridPadding padding = GridPadding::kZeros;
+  bool align_corners = false;
+};
+// x is [batch, channels, in_h, in_w], grid [batch, out_h, out_w, 2], y [batch, channels, out_h,
+// out_w].
+void grid_sample(const float* x, const float* grid, float* y, const GridSampleShape& shape);
+
 }  // namespace sparsecol::kernels::reference

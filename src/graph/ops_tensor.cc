@@ -403,6 +403,19 @@ void infer_scatter_elements(InferContext& ctx) {
   ctx.set_output(0, ctx.dtype(0), data);
 }
 
+void infer_grid_sample(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  ctx.expect_dtype(0, {DType::kFloat32});
+  ctx.expect_dtype(1, {DType::kFloat32});
+  const std::vector<int64_t> x = ctx.shape(0), grid = ctx.shape(1);
+  if (x.size() != 4 || grid.size() != 4 || grid[0] != x[0] || grid[3] != 2) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("X {} and grid {}: expected X [N, C, H, W] and grid [N, H_out, W_out, 2]",
+                         dims(x), dims(grid)));
+  }
+  set_sized_output(ctx, 0, DType::kFloat32, {x[0], x[1], grid[1], grid[2]});
+}
+
 void infer_einsum(InferContext& ctx) {
   ctx.expect_inputs(1, std::numeric_limits<std::size_t>::max());
   std::vector<std::vector<int64_t>> shapes;
@@ -728,6 +741,7 @@ constexpr OpDef kTensorOps[] = {
     {"Gather", infer_gather},
     {"GatherElements", infer_gather_elements},
     {"GatherND", infer_gather_nd},
+    {"GridSample", infer_grid_sample},
     {"OneHot", infer_one_hot},
     {"Pad", infer_pad},
     {"Range", infer_range},

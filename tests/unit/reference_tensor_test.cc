@@ -991,6 +991,91 @@ TEST(ReferenceTensor, RangeCountsLikeCeilingDivision) {
       ErrorCode::kInvalidModel, {"delta"});
 }
 
+// ---- GridSample ----
+
+// A grid for a [rows, cols] output whose point (i, j) lies on pixel (i + dy, j + dx) of an
+// [rows, cols] image, normalized the way align_corners says.
+Tensor pixel_grid(int64_t rows, int64_t cols, double dy, double dx, bool align_corners) {
+  Tensor grid = Tensor::zeros(DType::kFloat32, {1, rows, cols, 2});
+  auto normalize = [&](double p, int64_t size) {
+    return align_corners ? 2.0 * p / static_cast<double>(size - 1) - 1.0
+                         : (2.0 * p + 1.0) / static_cast<double>(size) - 1.0;
+  };
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      grid.data<float>()[(i * cols + j) * 2] = static_cast<float>(normalize(j + dx, cols));
+      grid.data<float>()[(i * cols + j) * 2 + 1] = static_cast<float>(normalize(i + dy, rows));
+    }
+  }
+  return grid;
+}
+
+Tensor grid_sample(const Tensor& x, const Tensor& grid, const std::string& mode,
+                   const std::string& padding, bool align_corners) {
+  return run1({.op = "GridSample",
+               .inputs = {runtime_input(x), runtime_input(grid)},
+               .attrs = {{"mode", mode},
+                         {"padding_mode", padding},
+                         {"align_corners", int64_t{align_corners}}},
+               .opset = 16});
+}
+
+// Points on pixel centres give the pixels in every mode; shifted two pixels left, the columns
+// off the image read zeros, the border column, or the image mirrored at its edge; halfway
+// between two pixels, bilinear gives their mean.
+TEST(ReferenceTensor, GridSampleReadsPixelsAndPadsAsItsModeSays) {
+  std::mt19937 rng(9);
+  Tensor x = Tensor::zeros(DType::kFloat32, {1, 2, 4, 5});
+  for (int64_t i = 0; i < x.numel(); ++i)
+    x.data<float>()[i] = static_cast<float>(uniform(rng, -9, 9));
+  auto pixel = [&](int64_t c, int64_t r, int64_t col) {
+    return x.data<float>()[(c * 4 + r) * 5 + col];
+  };
+  for (bool align_corners : {false, true}) {
+    for (const char* mode : {"bilinear", "nearest", "bicubic"}) {
+      SCOPED_TRACE(fmt::format("{}, align_corners {}", mode, align_corners));
+      const Tensor same =
+          grid_sample(x, pixel_grid(4, 5, 0, 0, align_corners), mode, "zeros", align_corners);
+      for (int64_t i = 0; i < x.numel(); ++i)
+        EXPECT_NEAR(same.data<float>()[i], x.data<float>()[i], 1e-5f) << "at " << i;
+    }
+    const Tensor shifted = pixel_grid(4, 5, 0, -2, align_corners);
+    const Tensor zeros = grid_sample(x, shifted, "nearest", "zeros", align_corners);
+    const Tensor border = grid_sample(x, shifted, "nearest", "border", align_corners);
+    const Tensor mirrored = grid_sample(x, shifted, "nearest", "reflection", align_corners);
+    for (int64_t c = 0; c < 2; ++c) {
+      for (int64_t r = 0; r < 4; ++r) {
+        for (int64_t j = 0; j < 5; ++j) {
+          const int64_t at = (c * 4 + r) * 5 + j;
+          // Column j - 2 mirrored: at the edge pixel's centre (align_corners) or its outer edge.
+          const int64_t reflected = j >= 2 ? j - 2 : align_corners ? 2 - j : 1 - j;
+          EXPECT_EQ(zeros.data<float>()[at], j >= 2 ? pixel(c, r, j - 2) : 0.0f);
+          EXPECT_EQ(border.data<float>()[at], pixel(c, r, std::max<int64_t>(j - 2, 0)));
+          EXPECT_EQ(mirrored.data<float>()[at], pixel(c, r, reflected)) << "column " << j;
+        }
+      }
+    }
+  }
+  const Tensor half = grid_sample(x, pixel_grid(4, 5, 0, 0.5, true), "bilinear", "zeros", true);
+  for (int64_t j = 0; j < 4; ++j)
+    EXPECT_FLOAT_EQ(half.data<float>()[j], (pixel(0, 0, j) + pixel(0, 0, j + 1)) / 2.0f);
+}
+
+TEST(ReferenceTensor, GridSampleRefusesBadGridsAndModes) {
+  const Tensor x = floats({1, 1, 2, 2}, {1, 2, 3, 4});
+  expect_error(
+      {.op = "GridSample",
+       .inputs = {runtime_input(x), runtime_input(Tensor::zeros(DType::kFloat32, {1, 2, 2, 3}))},
+       .opset = 16},
+      ErrorCode::kShapeMismatch, {"grid [1, 2, 2, 3]", "[N, H_out, W_out, 2]"});
+  expect_error(
+      {.op = "GridSample",
+       .inputs = {runtime_input(x), runtime_input(Tensor::zeros(DType::kFloat32, {1, 2, 2, 2}))},
+       .attrs = {{"mode", std::string("linear")}},
+       .opset = 16},
+      ErrorCode::kUnsupported, {"mode 'linear' is not supported"});
+}
+
 // ---- Einsum ----
 
 // Small integers, so that every product and sum is exact and the loops below must match bit for

@@ -516,6 +516,32 @@ void run_scatter_elements(RefOpContext& ctx) {
   scatter_into(ctx, data, updates, offsets, 1);
 }
 
+void run_grid_sample(RefOpContext& ctx) {
+  const Tensor& x = input(ctx, 0);
+  const Tensor& grid = input(ctx, 1);
+  kernels::GridSampleShape shape;
+  shape.batch = x.shape()[0];
+  shape.channels = x.shape()[1];
+  shape.in_h = x.shape()[2];
+  shape.in_w = x.shape()[3];
+  shape.out_h = grid.shape()[1];
+  shape.out_w = grid.shape()[2];
+  using kernels::GridPadding;
+  using kernels::GridSampleMode;
+  shape.mode = attr_enum<GridSampleMode>(ctx, "mode", "bilinear",
+                                         {{"bilinear", GridSampleMode::kBilinear},
+                                          {"nearest", GridSampleMode::kNearest},
+                                          {"bicubic", GridSampleMode::kBicubic}});
+  shape.padding = attr_enum<GridPadding>(ctx, "padding_mode", "zeros",
+                                         {{"zeros", GridPadding::kZeros},
+                                          {"border", GridPadding::kBorder},
+                                          {"reflection", GridPadding::kReflection}});
+  shape.align_corners = ctx.node.attr_int("align_corners", 0) != 0;
+  Tensor& y = checked_output(ctx, 0, DType::kFloat32,
+                             {shape.batch, shape.channels, shape.out_h, shape.out_w});
+  kernels::grid_sample(x.data<float>(), grid.data<float>(), y.data<float>(), shape);
+}
+
 void run_einsum(RefOpContext& ctx) {
   std::vector<std::vector<int64_t>> shapes;
   for (std::size_t i = 0; i < ctx.inputs.size(); ++i) shapes.push_back(input(ctx, i).shape());
@@ -639,6 +665,7 @@ constexpr RefOp kTensorReferenceOps[] = {
     {"Gather", run_gather},
     {"GatherElements", run_gather_elements},
     {"GatherND", run_gather_nd},
+    {"GridSample", run_grid_sample},
     {"OneHot", run_one_hot},
     {"Pad", run_pad},
     {"Range", run_range},
