@@ -54,4 +54,24 @@ void hardmax_reference(const float* src, float* dst, const SoftmaxShape& shape) 
   }
 }
 
+void nll_loss_reference(const float* input, const int64_t* target, const float* weight, float* loss,
+                        const NllLossShape& s) {
+  double total = 0.0, weights = 0.0;
+  for (int64_t i = 0; i < s.n; ++i) {
+    for (int64_t k = 0; k < s.inner; ++k) {
+      const int64_t t = target[i * s.inner + k];
+      double value = 0.0;
+      if (!s.has_ignore_index || t != s.ignore_index) {
+        const double w = weight != nullptr ? weight[t] : 1.0;
+        value = -static_cast<double>(input[(i * s.classes + t) * s.inner + k]) * w;
+        weights += w;
+      }
+      if (s.reduction == LossReduction::kNone) loss[i * s.inner + k] = static_cast<float>(value);
+      total += value;
+    }
+  }
+  if (s.reduction == LossReduction::kSum) loss[0] = static_cast<float>(total);
+  if (s.reduction == LossReduction::kMean) loss[0] = static_cast<float>(total / weights);
+}
+
 }  // namespace sparsecol::kernels::reference

@@ -23,4 +23,20 @@ void log_softmax_reference(const float* src, float* dst, const SoftmaxShape& sha
 // as the largest, as in numpy's argmax).
 void hardmax_reference(const float* src, float* dst, const SoftmaxShape& shape);
 
+// NegativeLogLikelihoodLoss (and SoftmaxCrossEntropyLoss on log_softmax's output): with the
+// input seen as [n, classes, inner] (log-probabilities) and target as [n, inner] class indices,
+// element (i, k) loses -input[i, target, k] * weight[target] (weight nullptr: 1), or 0 where
+// target is the ignored index. kNone writes the n * inner losses, kSum their sum, kMean their sum
+// over the sum of the weights taken (the count of targets not ignored without weights; NaN when
+// every one is ignored). Every target must be in [0, classes) or ignored. Sums in double.
+enum class LossReduction { kNone, kSum, kMean };
+struct NllLossShape {
+  int64_t n = 0, classes = 0, inner = 1;
+  LossReduction reduction = LossReduction::kMean;
+  bool has_ignore_index = false;
+  int64_t ignore_index = 0;
+};
+void nll_loss_reference(const float* input, const int64_t* target, const float* weight, float* loss,
+                        const NllLossShape& shape);
+
 }  // namespace sparsecol::kernels::reference

@@ -462,6 +462,37 @@ LayerNormParams parse_layer_norm(const Graph& graph, const Node& node,
   return p;
 }
 
+NllLossParams parse_nll_loss(const Graph& graph, const Node& node,
+                             const std::vector<int64_t>& input_shape,
+                             const std::vector<int64_t>& target_shape,
+                             const std::optional<std::vector<int64_t>>& weight_shape) {
+  NllLossParams p;
+  p.reduction = node.attr_string("reduction", "mean");
+  if (p.reduction != "none" && p.reduction != "sum" && p.reduction != "mean") {
+    fail(graph, node, ErrorCode::kInvalidModel,
+         fmt::format("attribute reduction = '{}': expected none, sum or mean", p.reduction));
+  }
+  if (node.has_attr("ignore_index")) p.ignore_index = node.attr_int("ignore_index", 0);
+  std::vector<int64_t> expected_target = input_shape;
+  if (input_shape.size() >= 2) expected_target.erase(expected_target.begin() + 1);
+  if (input_shape.size() < 2 || target_shape != expected_target) {
+    fail(graph, node, ErrorCode::kShapeMismatch,
+         fmt::format("input {} and target {}: expected input [N, C, d1, ...] and target [N, d1, "
+                     "...]",
+                     dims(input_shape), dims(target_shape)));
+  }
+  p.n = input_shape[0];
+  p.classes = input_shape[1];
+  p.inner = product(graph, node, input_shape, 2, input_shape.size());
+  if (weight_shape && *weight_shape != std::vector<int64_t>{p.classes}) {
+    fail(graph, node, ErrorCode::kShapeMismatch,
+         fmt::format("weight has shape {}, expected [{}] (one per class)", dims(*weight_shape),
+                     p.classes));
+  }
+  if (p.reduction == "none") p.output_shape = target_shape;
+  return p;
+}
+
 RecurrentParams parse_recurrent(const Graph& graph, const Node& node,
                                 const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
   RecurrentParams p;

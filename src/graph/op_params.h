@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "graph/graph.h"
@@ -96,6 +97,19 @@ struct SoftmaxParams {
 };
 SoftmaxParams parse_softmax(const Graph& graph, const Node& node,
                             const std::vector<int64_t>& x_shape);
+
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: input (scores) [N, C, d1, ...], target
+// [N, d1, ...], weight [C] (std::nullopt: none); reduction none, sum or mean.
+struct NllLossParams {
+  int64_t n = 0, classes = 0, inner = 1;
+  std::string reduction;                // "none", "sum" or "mean"
+  std::optional<int64_t> ignore_index;  // attribute ignore_index
+  std::vector<int64_t> output_shape;    // target's shape for "none", else a scalar
+};
+NllLossParams parse_nll_loss(const Graph& graph, const Node& node,
+                             const std::vector<int64_t>& input_shape,
+                             const std::vector<int64_t>& target_shape,
+                             const std::optional<std::vector<int64_t>>& weight_shape);
 
 // LayerNormalization (opset 17): rows are X.shape[:axis], each normalized over
 // X.shape[axis:]. Scale and B must broadcast to X.shape[axis:].

@@ -120,6 +120,21 @@ void infer_recurrent(InferContext& ctx) {
   if (lstm) ctx.set_output(2, DType::kFloat32, p.state_shape);  // Y_c
 }
 
+// NegativeLogLikelihoodLoss (input, target, weight) and SoftmaxCrossEntropyLoss (scores,
+// labels, weights; a second output, the log-probabilities).
+void infer_loss(InferContext& ctx) {
+  ctx.expect_inputs(2, 3);
+  ctx.expect_dtype(0, {DType::kFloat32});
+  ctx.expect_dtype(1, {DType::kInt64, DType::kInt32});
+  if (ctx.has_input(2)) ctx.expect_dtype(2, {DType::kFloat32});
+  const NllLossParams p =
+      parse_nll_loss(ctx.graph(), ctx.node(), ctx.shape(0), ctx.shape(1), optional_shape(ctx, 2));
+  ctx.set_output(0, DType::kFloat32, p.output_shape);
+  if (ctx.node().op_type == "SoftmaxCrossEntropyLoss") {
+    ctx.set_output(1, DType::kFloat32, ctx.shape(0));
+  }
+}
+
 constexpr OpDef kNnOps[] = {
     {"AveragePool", infer_pool},
     {"BatchNormalization", infer_batch_norm},
@@ -137,8 +152,10 @@ constexpr OpDef kNnOps[] = {
     {"LogSoftmax", infer_softmax},
     {"MatMul", infer_matmul},
     {"MaxPool", infer_pool},
+    {"NegativeLogLikelihoodLoss", infer_loss},
     {"RNN", infer_recurrent},
     {"Softmax", infer_softmax},
+    {"SoftmaxCrossEntropyLoss", infer_loss},
 };
 
 }  // namespace

@@ -1316,6 +1316,71 @@ TEST(ReferenceRecurrent, Errors) {
                ErrorCode::kInvalidArgument, {"sequence_lens[0] = 3", "[0, 2]"});
 }
 
+// ---- NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss ----
+
+Tensor int64s(Shape shape, const std::vector<int64_t>& values) {
+  Tensor t = Tensor::zeros(DType::kInt64, std::move(shape));
+  std::copy(values.begin(), values.end(), t.data<int64_t>());
+  return t;
+}
+
+// [N=2, C=3, d=2] log-probabilities, hand-summed: each reduction, class weights, and an ignored
+// (negative) index that drops its element from the sum and from the weights that divide it.
+TEST(ReferenceLoss, NllReductionsWeightsAndIgnoredTargets) {
+  const Tensor input =
+      from_values({2, 3, 2}, {-1, -2, -3, -4, -5, -6, /**/ -7, -8, -9, -10, -11, -12});
+  const Tensor target = int64s({2, 2}, {0, 2, -1, 1});
+  const Tensor weight = from_values({3}, {0.5f, 1, 2});
+  auto loss = [&](const std::string& reduction, bool weighted) {
+    OneNode node("NegativeLogLikelihoodLoss", 13);
+    node.in(input).in(target);
+    if (weighted) node.in(weight);
+    return values(node.attr("reduction", reduction).attr("ignore_index", int64_t{-1}).run1());
+  };
+  // Picks: (0, class 0, d0) = -1, (0, class 2, d1) = -6, ignored, (1, class 1, d1) = -10.
+  EXPECT_EQ(loss("none", false), (std::vector<float>{1, 6, 0, 10}));
+  EXPECT_EQ(loss("sum", false), (std::vector<float>{17}));
+  EXPECT_FLOAT_EQ(loss("mean", false)[0], 17.0f / 3.0f);
+  EXPECT_EQ(loss("none", true), (std::vector<float>{0.5f, 12, 0, 10}));
+  EXPECT_FLOAT_EQ(loss("mean", true)[0], 22.5f / 3.5f);
+}
+
+// SoftmaxCrossEntropyLoss is NegativeLogLikelihoodLoss of LogSoftmax over the classes, and its
+// second output is that LogSoftmax.
+TEST(ReferenceLoss, SoftmaxCrossEntropyIsNllOfLogSoftmax) {
+  const Tensor scores = random_tensor({3, 4, 5}, 31, -3.0f, 3.0f);
+  const Tensor labels = int64s({3, 5}, {0, 1, 2, 3, 0, 3, 3, 1, 2, 0, 1, 1, 2, 2, 3});
+  const Tensor weights = random_tensor({4}, 32, 0.5f, 2.0f);
+  const std::vector<Tensor> sce =
+      OneNode("SoftmaxCrossEntropyLoss", 13).in(scores).in(labels).in(weights).outputs(2).run();
+  const Tensor log_prob = OneNode("LogSoftmax", 13).in(scores).attr("axis", int64_t{1}).run1();
+  expect_near(sce[1], log_prob, 1e-6f);
+  const Tensor nll =
+      OneNode("NegativeLogLikelihoodLoss", 13).in(log_prob).in(labels).in(weights).run1();
+  expect_near(sce[0], nll, 1e-6f);
+}
+
+TEST(ReferenceLoss, Errors) {
+  const Tensor input = from_values({1, 2}, {-1, -2});
+  expect_error(
+      [&] { OneNode("NegativeLogLikelihoodLoss", 13).in(input).in(int64s({1}, {2})).run(); },
+      ErrorCode::kInvalidArgument, {"target 2 (element 0) is not a class in [0, 2)"});
+  expect_error(
+      [&] {
+        OneNode("NegativeLogLikelihoodLoss", 13).in(input).in(int64s({2}, {0, 1})).run();
+      },
+      ErrorCode::kShapeMismatch, {"target [2]", "[N, d1, ...]"});
+  expect_error(
+      [&] {
+        OneNode("SoftmaxCrossEntropyLoss", 13)
+            .in(input)
+            .in(int64s({1}, {0}))
+            .attr("reduction", "max")
+            .run();
+      },
+      ErrorCode::kInvalidModel, {"reduction = 'max'"});
+}
+
 // ---- Threads -----------------------------------------------------------------------------
 
 // Large enough for the kernels to use their thread team: every output is still summed in

@@ -353,6 +353,48 @@ void run_recurrent(RefOpContext& ctx) {
   ref::recurrent_reference(shape, o);
 }
 
+// NegativeLogLikelihoodLoss, and SoftmaxCrossEntropyLoss as log_softmax over the classes (its
+// optional second output) followed by the same loss.
+void run_loss(RefOpContext& ctx) {
+  const Tensor& x = input(ctx, 0);
+  const Tensor& target = input(ctx, 1);
+  const graph::NllLossParams p =
+      graph::parse_nll_loss(ctx.graph, ctx.node, x.shape(), target.shape(), optional_shape(ctx, 2));
+  std::vector<int64_t> targets(static_cast<std::size_t>(target.numel()));
+  for (int64_t i = 0; i < target.numel(); ++i) {
+    const int64_t t =
+        target.dtype() == DType::kInt64 ? target.data<int64_t>()[i] : target.data<int32_t>()[i];
+    if ((!p.ignore_index || t != *p.ignore_index) && (t < 0 || t >= p.classes)) {
+      ctx.fail(ErrorCode::kInvalidArgument,
+               fmt::format("target {} (element {}) is not a class in [0, {}){}", t, i, p.classes,
+                           p.ignore_index ? fmt::format(" nor ignore_index {}", *p.ignore_index)
+                                          : std::string()));
+    }
+    targets[static_cast<std::size_t>(i)] = t;
+  }
+  ref::NllLossShape shape{p.n,
+                          p.classes,
+                          p.inner,
+                          p.reduction == "none"  ? ref::LossReduction::kNone
+                          : p.reduction == "sum" ? ref::LossReduction::kSum
+                                                 : ref::LossReduction::kMean,
+                          p.ignore_index.has_value(),
+                          p.ignore_index.value_or(0)};
+  const float* log_prob = floats(ctx, 0);
+  std::vector<float> computed;
+  if (ctx.node.op_type == "SoftmaxCrossEntropyLoss") {
+    float* out = optional_output(ctx, 1, x.shape());
+    if (out == nullptr) {
+      computed.resize(static_cast<std::size_t>(x.numel()));
+      out = computed.data();
+    }
+    ref::log_softmax_reference(log_prob, out, {p.n, p.classes, p.inner});
+    log_prob = out;
+  }
+  ref::nll_loss_reference(log_prob, targets.data(), floats(ctx, 2), output(ctx, 0, p.output_shape),
+                          shape);
+}
+
 constexpr RefOp kNnReferenceOps[] = {
     {"AveragePool", run_average_pool},
     {"BatchNormalization", run_batch_norm},
@@ -370,8 +412,10 @@ constexpr RefOp kNnReferenceOps[] = {
     {"LogSoftmax", run_softmax<ref::log_softmax_reference>},
     {"MatMul", run_matmul},
     {"MaxPool", run_max_pool},
+    {"NegativeLogLikelihoodLoss", run_loss},
     {"RNN", run_recurrent},
     {"Softmax", run_softmax<ref::softmax_reference>},
+    {"SoftmaxCrossEntropyLoss", run_loss},
 };
 
 }  // namespace
