@@ -1026,6 +1026,20 @@ EinsumSpec resolve_einsum(const InferContext& ctx, const std::string& equation,
     stride *= spec.sizes[out_labels[k]];
   }
   for (std::size_t l : out_labels) spec.output_shape.push_back(spec.sizes[l]);
+  // The reference op loops over every combination of label values: past 2^32 of them (seconds
+  // to minutes) refuse rather than appear to hang.
+  constexpr int64_t kMaxCombinations = int64_t{1} << 32;
+  int64_t combinations = 1;
+  for (int64_t size : spec.sizes) {
+    if (size != 0 && combinations > kMaxCombinations / size) {
+      ctx.fail(ErrorCode::kUnsupported,
+               fmt::format("equation '{}' over shapes {} spans more than 2^32 combinations of "
+                           "its labels' values, too many for the reference Einsum (one loop per "
+                           "label)",
+                           equation, fmt::join(shapes, " ")));
+    }
+    combinations *= size;
+  }
   for (std::size_t i = 0; i < terms.size(); ++i) {
     std::vector<int64_t> strides(spec.sizes.size(), 0);
     int64_t axis_stride = 1;

@@ -100,6 +100,15 @@ const char* const kNodeTests[] = {
     "test_unsqueeze_axis_0",
     "test_squeeze",
     "test_erf",
+    "test_convtranspose_pads",
+    "test_top_k",
+    "test_quantizelinear",
+    "test_lstm_with_peepholes",
+    "test_gru_seq_length",
+    "test_einsum_batch_matmul",
+    "test_gridsample_bicubic",
+    "test_sce_mean_weight_ii_3d_log_prob",
+    "test_nllloss_NCd1d2_with_weight_reduction_sum_ii",
 };
 
 template <typename T>

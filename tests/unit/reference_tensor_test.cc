@@ -1167,6 +1167,9 @@ TEST(ReferenceTensor, EinsumRefusesEquationsThatDoNotFitTheInputs) {
   expect_error(spec("i1->i", {m}), ErrorCode::kInvalidModel, {"holds '1'"});
   expect_error(spec("ij->ik", {m}), ErrorCode::kInvalidModel, {"output label 'k' is in no input"});
   expect_error(spec("ij->ii", {m}), ErrorCode::kInvalidModel, {"output label 'i' appears twice"});
+  const Tensor wide = Tensor::zeros(DType::kFloat32, {1 << 11, 1 << 11});
+  expect_error(spec("ab,cd->", {wide, wide}), ErrorCode::kUnsupported,
+               {"more than 2^32 combinations"});
 }
 
 // ---- TopK, ScatterElements, GatherND ----
