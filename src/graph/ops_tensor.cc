@@ -711,6 +711,27 @@ void infer_one_hot(InferContext& ctx) {
   set_sized_output(ctx, 0, ctx.dtype(2), std::move(out));
 }
 
+void infer_reverse_sequence(InferContext& ctx) {
+  ctx.expect_inputs(2, 2);
+  ctx.expect_dtype(1, {DType::kInt64});
+  const std::vector<int64_t> in = ctx.shape(0);
+  const int64_t batch_axis = ctx.node().attr_int("batch_axis", 1);
+  const int64_t time_axis = ctx.node().attr_int("time_axis", 0);
+  if (in.size() < 2 || batch_axis == time_axis || (batch_axis != 0 && batch_axis != 1) ||
+      (time_axis != 0 && time_axis != 1)) {
+    ctx.fail(ErrorCode::kInvalidModel,
+             fmt::format("input {} with batch_axis {} and time_axis {}: expected rank 2 or more "
+                         "and the two axes 0 and 1 in either order",
+                         dims(in), batch_axis, time_axis));
+  }
+  if (ctx.shape(1) != std::vector<int64_t>{in[static_cast<std::size_t>(batch_axis)]}) {
+    ctx.fail(ErrorCode::kShapeMismatch,
+             fmt::format("sequence_lens has shape {}, expected [{}] (the batch)",
+                         dims(ctx.shape(1)), in[static_cast<std::size_t>(batch_axis)]));
+  }
+  ctx.set_output(0, ctx.dtype(0), in);
+}
+
 void infer_trilu(InferContext& ctx) {
   ctx.expect_inputs(1, 2);
   const std::vector<int64_t> in = ctx.shape(0);
@@ -747,6 +768,7 @@ constexpr OpDef kTensorOps[] = {
     {"Range", infer_range},
     {"Reshape", infer_reshape},
     {"Resize", infer_resize},
+    {"ReverseSequence", infer_reverse_sequence},
     {"ScatterElements", infer_scatter_elements},
     {"ScatterND", infer_scatter_nd},
     {"Shape", infer_shape},

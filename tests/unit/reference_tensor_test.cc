@@ -1172,6 +1172,42 @@ TEST(ReferenceTensor, EinsumRefusesEquationsThatDoNotFitTheInputs) {
                {"more than 2^32 combinations"});
 }
 
+// ---- ReverseSequence ----
+
+// Each batch entry's first sequence_lens[b] steps reversed, the rest in place, with time on axis
+// 0 or 1, against index loops; a length past the time axis is refused.
+TEST(ReferenceTensor, ReverseSequenceReversesEachEntrysLeadingSteps) {
+  std::mt19937 rng(10);
+  const std::vector<int64_t> lengths = {4, 0, 2};
+  for (const int64_t time_axis : {0, 1}) {
+    SCOPED_TRACE(fmt::format("time_axis {}", time_axis));
+    const std::vector<int64_t> shape =
+        time_axis == 0 ? std::vector<int64_t>{4, 3, 2} : std::vector<int64_t>{3, 4, 2};
+    const Tensor x = small_ints(shape, rng);
+    const Tensor y = run1({.op = "ReverseSequence",
+                           .inputs = {runtime_input(x), runtime_input(ints(lengths))},
+                           .attrs = {{"time_axis", time_axis}, {"batch_axis", 1 - time_axis}},
+                           .opset = 13});
+    auto offset = [&](int64_t t, int64_t b, int64_t k) {
+      return ((time_axis == 0 ? t * 3 + b : b * 4 + t) * 2) + k;
+    };
+    for (int64_t b = 0; b < 3; ++b) {
+      const int64_t length = lengths[static_cast<std::size_t>(b)];
+      for (int64_t t = 0; t < 4; ++t) {
+        const int64_t from = t < length ? length - 1 - t : t;
+        for (int64_t k = 0; k < 2; ++k) {
+          EXPECT_EQ(y.data<int64_t>()[offset(t, b, k)], x.data<int64_t>()[offset(from, b, k)]);
+        }
+      }
+    }
+  }
+  expect_error({.op = "ReverseSequence",
+                .inputs = {runtime_input(Tensor::zeros(DType::kFloat32, {4, 3})),
+                           runtime_input(ints({1, 5, 2}))},
+                .opset = 13},
+               ErrorCode::kInvalidArgument, {"sequence_lens[1] = 5 is outside [0, 4]"});
+}
+
 // ---- TopK, ScatterElements, GatherND ----
 
 // Equal elements come in index order and a NaN above every number, whichever end is taken;

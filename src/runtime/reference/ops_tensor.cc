@@ -641,6 +641,45 @@ void run_one_hot(RefOpContext& ctx) {
                    element_size);
 }
 
+// ReverseSequence: per batch entry, its first sequence_lens[b] steps along the time axis in
+// reverse order, the rest as they were: two strided copies each (the first with a negative
+// time stride).
+void run_reverse_sequence(RefOpContext& ctx) {
+  const Tensor& in = input(ctx, 0);
+  const Tensor& lens = input(ctx, 1);
+  Tensor& out = checked_output(ctx, 0, in.dtype(), in.shape());
+  const auto batch_axis = static_cast<std::size_t>(ctx.node.attr_int("batch_axis", 1));
+  const auto time_axis = static_cast<std::size_t>(ctx.node.attr_int("time_axis", 0));
+  const std::vector<int64_t> strides = kernels::contiguous_strides(in.shape());
+  const int64_t steps = in.shape()[time_axis];
+  const std::size_t element = dtype_size(in.dtype());
+  for (int64_t b = 0; b < in.shape()[batch_axis]; ++b) {
+    const int64_t length = lens.data<int64_t>()[b];
+    if (length < 0 || length > steps) {
+      ctx.fail(ErrorCode::kInvalidArgument,
+               fmt::format("sequence_lens[{}] = {} is outside [0, {}] (the time axis)", b, length,
+                           steps));
+    }
+    std::vector<int64_t> shape = in.shape();
+    shape[batch_axis] = 1;
+    const auto* src = static_cast<const unsigned char*>(in.raw_data());
+    auto* dst = static_cast<unsigned char*>(out.raw_data());
+    const auto at = [&](int64_t t) {
+      return static_cast<std::size_t>(b * strides[batch_axis] + t * strides[time_axis]) * element;
+    };
+    std::vector<int64_t> reversed = strides;
+    reversed[time_axis] = -strides[time_axis];
+    shape[time_axis] = length;
+    if (length > 0) {
+      kernels::copy_strided(src + at(length - 1), reversed, dst + at(0), strides, shape, element);
+    }
+    shape[time_axis] = steps - length;
+    if (length < steps) {
+      kernels::copy_strided(src + at(length), strides, dst + at(length), strides, shape, element);
+    }
+  }
+}
+
 void run_trilu(RefOpContext& ctx) {
   const Tensor& in = input(ctx, 0);
   if (in.rank() < 2) ctx.fail(ErrorCode::kShapeMismatch, "input must have rank >= 2");
@@ -671,6 +710,7 @@ constexpr RefOp kTensorReferenceOps[] = {
     {"Range", run_range},
     {"Reshape", run_copy},
     {"Resize", run_resize},
+    {"ReverseSequence", run_reverse_sequence},
     {"ScatterElements", run_scatter_elements},
     {"ScatterND", run_scatter_nd},
     {"Shape", run_shape},
