@@ -482,11 +482,12 @@ void einsum(std::span<const int64_t> sizes, std::span<const T* const> inputs,
   using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
   std::vector<Acc> acc(static_cast<std::size_t>(output_numel), Acc{0});
   const std::size_t labels = sizes.size(), operands = inputs.size();
-  const bool empty = std::find(sizes.begin(), sizes.end(), int64_t{0}) != sizes.end();
-  // An odometer over the labels, the last fastest, moving every operand's offset with it.
+  // An odometer over the labels, the last fastest, moving every operand's offset with it (no
+  // combinations at all where a label has size 0).
   std::vector<int64_t> at(labels, 0), offset(operands, 0);
   int64_t out_offset = 0;
-  while (!empty) {
+  bool done = std::find(sizes.begin(), sizes.end(), int64_t{0}) != sizes.end();
+  while (!done) {
     Acc product{1};
     for (std::size_t i = 0; i < operands; ++i) product *= static_cast<Acc>(inputs[i][offset[i]]);
     acc[static_cast<std::size_t>(out_offset)] += product;
@@ -499,20 +500,23 @@ void einsum(std::span<const int64_t> sizes, std::span<const T* const> inputs,
       if (!wraps) break;
       at[l] = 0;
     }
-    if (l == static_cast<std::size_t>(-1)) break;  // every label wrapped: done
+    done = l == static_cast<std::size_t>(-1);  // every label wrapped
   }
   for (int64_t o = 0; o < output_numel; ++o)
     out[o] = static_cast<T>(acc[static_cast<std::size_t>(o)]);
 }
 
-#define SPARSECOL_EINSUM(T)                                                                   \
-  template void einsum<T>(std::span<const int64_t>, std::span<const T* const>,                \
-                          const std::vector<std::vector<int64_t>>&, std::span<const int64_t>, \
-                          int64_t, T*);
-SPARSECOL_EINSUM(float)
-SPARSECOL_EINSUM(double)
-SPARSECOL_EINSUM(int32_t)
-SPARSECOL_EINSUM(int64_t)
-#undef SPARSECOL_EINSUM
+template void einsum<float>(std::span<const int64_t>, std::span<const float* const>,
+                            const std::vector<std::vector<int64_t>>&, std::span<const int64_t>,
+                            int64_t, float*);
+template void einsum<double>(std::span<const int64_t>, std::span<const double* const>,
+                             const std::vector<std::vector<int64_t>>&, std::span<const int64_t>,
+                             int64_t, double*);
+template void einsum<int32_t>(std::span<const int64_t>, std::span<const int32_t* const>,
+                              const std::vector<std::vector<int64_t>>&, std::span<const int64_t>,
+                              int64_t, int32_t*);
+template void einsum<int64_t>(std::span<const int64_t>, std::span<const int64_t* const>,
+                              const std::vector<std::vector<int64_t>>&, std::span<const int64_t>,
+                              int64_t, int64_t*);
 
 }  // namespace sparsecol::kernels::reference
