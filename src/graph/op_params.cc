@@ -515,9 +515,8 @@ RecurrentParams parse_recurrent(const Graph& graph, const Node& node,
   if (node.attr_float("clip", 1.0f) <= 0.0f) {
     fail(graph, node, ErrorCode::kInvalidModel, "attribute clip must be positive");
   }
-  auto shape = [&](std::size_t i) -> const std::optional<std::vector<int64_t>>& {
-    static const std::optional<std::vector<int64_t>> kAbsent;
-    return i < shapes.size() ? shapes[i] : kAbsent;
+  auto shape = [&](std::size_t i) -> const std::vector<int64_t>* {  // nullptr: omitted
+    return i < shapes.size() && shapes[i] ? &*shapes[i] : nullptr;
   };
   constexpr const char* kNames[] = {"X",         "W",         "R", "B", "sequence_lens",
                                     "initial_h", "initial_c", "P"};
