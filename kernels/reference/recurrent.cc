@@ -95,6 +95,10 @@ void recurrent_reference(const RecurrentShape& s, const RecurrentOperands& o) {
     const RnnActivation* act =
         s.activations.data() + d * activation_count(s.cell);  // f, then g, then h
     const bool backwards = s.reverse || d == 1;
+    // GRU's candidate applies R_h to r * h unless linear_before_reset: that product is taken
+    // below, once r is known, so R h stops at the first two gates.
+    const int64_t recurrent_rows =
+        s.cell == RecurrentCell::kGru && !s.linear_before_reset ? 2 * hidden : gh;
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t state = state_offset(d, b);
       for (int64_t u = 0; u < hidden; ++u) {
@@ -105,7 +109,7 @@ void recurrent_reference(const RecurrentShape& s, const RecurrentOperands& o) {
       for (int64_t step = 0; step < length; ++step) {
         const int64_t t = backwards ? length - 1 - step : step;
         affine(dw.w, dw.wb, x_at(t, b), gh, in, xw.data());
-        affine(dw.r, dw.rb, h.data(), gh, hidden, hr.data());
+        affine(dw.r, dw.rb, h.data(), recurrent_rows, hidden, hr.data());
         switch (s.cell) {
           case RecurrentCell::kRnn:
             for (int64_t u = 0; u < hidden; ++u)
@@ -117,7 +121,7 @@ void recurrent_reference(const RecurrentShape& s, const RecurrentOperands& o) {
               z[u] = act[0](clip(xw[u] + hr[u]));
               r[u] = act[0](clip(xw[hidden + u] + hr[hidden + u]));
             }
-            if (!s.linear_before_reset) {  // R_h applies to r * h: recompute that product
+            if (!s.linear_before_reset) {  // R_h (r * h)
               for (int64_t u = 0; u < hidden; ++u) reset_h[u] = static_cast<float>(r[u] * h[u]);
               affine(dw.r + 2 * hidden * hidden, dw.rb != nullptr ? dw.rb + 2 * hidden : nullptr,
                      reset_h.data(), hidden, hidden, hr.data() + 2 * hidden);
