@@ -141,7 +141,7 @@ class Importer {
     check_window_attributes(proto);
     const StaticShapes shapes = static_shapes(proto);
     check_layer_norm_axes(proto, shapes);
-    add_kernel_shapes(shapes);
+    check_conv_weights(shapes);
     run_shape_inference();
     apply_value_types();
     return std::move(graph_);
@@ -472,12 +472,14 @@ class Importer {
   // ONNX 1.12's shape inference for a convolution without a kernel_shape attribute takes the
   // kernel from W's shape and then indexes X's spatial dimensions by it unchecked: a W of
   // higher rank than X (found by the importer fuzzer twice: a rank-2 X into a 2-D convolution
-  // with W an initializer, a rank-3 X with W a declared graph input) read past X's shape and
-  // crashed inside libonnx. Where W's shape is known before inference (an initializer, a graph
-  // input or value_info), kernel_shape is set from it, which is what ONNX infers anyway, so that
-  // ONNX checks it against X's rank and refuses such a node with its own message. (A W computed
-  // by other nodes, its shape known only during inference, is not covered.)
-  void add_kernel_shapes(const StaticShapes& shapes) {
+  // with W an initializer, a rank-3 X with W a declared graph input) read past X's shape, and a
+  // W of lower rank (a rank-2 W into a 2-D ConvTranspose) read past the kernel it took from W;
+  // both crashed inside libonnx. Where both ranks are known before inference they must agree.
+  // Where only W's shape is known (an initializer, a graph input or value_info), kernel_shape is
+  // set from it, which is what ONNX infers anyway, so that ONNX checks it against X's rank and
+  // refuses such a node with its own message. (A W computed by other nodes, its shape known
+  // only during inference, is not covered.)
+  void check_conv_weights(const StaticShapes& shapes) {
     static const std::pair<const char*, int> kConvWeights[] = {
         {"Conv", 1}, {"ConvTranspose", 1}, {"ConvInteger", 1}, {"QLinearConv", 3}};
     for (onnx::NodeProto& node : *model_.mutable_graph()->mutable_node()) {
@@ -485,12 +487,20 @@ class Importer {
       const auto conv = std::find_if(std::begin(kConvWeights), std::end(kConvWeights),
                                      [&](const auto& op) { return node.op_type() == op.first; });
       if (conv == std::end(kConvWeights) || node.input_size() <= conv->second) continue;
+      const auto x = shapes.find(node.input(0));
+      const auto w = shapes.find(node.input(conv->second));
+      if (x != shapes.end() && w != shapes.end() && x->second.size() != w->second.size()) {
+        fail(ErrorCode::kInvalidModel,
+             fmt::format("node '{}' ({}): weight '{}' has rank {} but input '{}' has rank {}; "
+                         "they must be equal",
+                         node.name(), node.op_type(), w->first, w->second.size(), x->first,
+                         x->second.size()));
+      }
       const bool has_kernel = std::any_of(node.attribute().begin(), node.attribute().end(),
                                           [](const auto& a) { return a.name() == "kernel_shape"; });
       if (has_kernel) continue;
-      const auto found = shapes.find(node.input(conv->second));
-      if (found == shapes.end()) continue;
-      const std::vector<int64_t>& shape = found->second;
+      if (w == shapes.end()) continue;
+      const std::vector<int64_t>& shape = w->second;
       if (shape.size() < 3 ||
           !std::all_of(shape.begin() + 2, shape.end(), [](int64_t d) { return d >= 0; })) {
         continue;

@@ -550,16 +550,40 @@ TEST(ImporterGraph, LayerNormAxisOutsideTheInputsRankIsInvalidModel) {
                {"node 'ln' (LayerNormalization)", "axis -1", "rank 0"});
 }
 
-// Likewise (found by the importer fuzzer): a convolution without kernel_shape whose W, a
-// declared graph input, has more spatial dimensions than X. ONNX took the kernel from W and
-// read X's dimensions past its rank; with kernel_shape set from W's declared shape, ONNX refuses
-// the node with its own message.
-TEST(ImporterGraph, ConvWeightOfHigherRankThanInputIsInvalidModel) {
+// Likewise (found by the importer fuzzer three times): a convolution without kernel_shape whose
+// W has more or fewer dimensions than X. ONNX took the kernel from W and read past X's shape or
+// past the kernel. Where both ranks are declared the importer refuses the node itself.
+TEST(ImporterGraph, ConvWeightOfOtherRankThanInputIsInvalidModel) {
+  for (const char* op : {"Conv", "ConvTranspose"}) {
+    for (const bool higher : {true, false}) {
+      SCOPED_TRACE(std::string(op) + (higher ? " W of higher rank" : " W of lower rank"));
+      TempDir dir;
+      onnx::ModelProto model = make_mlp_model();
+      if (higher) {
+        add_input(model, "xc", {int64_t{1}, int64_t{1}, int64_t{7}});
+        add_input(model, "wc", {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{3}});
+      } else {
+        add_input(model, "xc", {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{3}});
+        add_input(model, "wc", {int64_t{1}, int64_t{2}});
+      }
+      add_node(model, op, {"xc", "wc"}, {"c"}, "conv");
+      add_output(model, "c", {int64_t{1}, int64_t{1}, int64_t{5}});
+      expect_error([&] { import_model(model, dir); }, ErrorCode::kInvalidModel,
+                   {"model.onnx", std::string("node 'conv' (") + op + ")", "weight 'wc'",
+                    higher ? "rank 4" : "rank 2", "input 'xc'"});
+    }
+  }
+}
+
+// Where X's rank is known only through inference (here the output of an Identity), kernel_shape
+// is set from W's declared shape, and ONNX refuses the node with its own message.
+TEST(ImporterGraph, ConvWeightOfHigherRankThanAComputedInputIsInvalidModel) {
   TempDir dir;
   onnx::ModelProto model = make_mlp_model();
   add_input(model, "x1d", {int64_t{1}, int64_t{1}, int64_t{7}});
   add_input(model, "w2d", {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{3}});
-  add_node(model, "Conv", {"x1d", "w2d"}, {"c"}, "conv");
+  add_node(model, "Identity", {"x1d"}, {"x1d_copy"}, "copy");
+  add_node(model, "Conv", {"x1d_copy", "w2d"}, {"c"}, "conv");
   add_output(model, "c", {int64_t{1}, int64_t{1}, int64_t{5}});
   expect_error([&] { import_model(model, dir); }, ErrorCode::kInvalidModel,
                {"model.onnx", "Conv", "kernel_shape"});
