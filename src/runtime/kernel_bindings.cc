@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "f32-norm/norm.h"
+#include "reference/recurrent.h"
 
 namespace sparsecol::runtime {
 
@@ -35,6 +36,71 @@ std::optional<Kind> find_kind(const std::pair<std::string_view, Kind> (&table)[N
     if (name == op_type) return kind;
   }
   return std::nullopt;
+}
+
+namespace ref = kernels::reference;
+
+// The node's activation functions (attribute activations, with activation_alpha and
+// activation_beta consumed in order by the functions that take them), activation_count per
+// direction: the defaults when absent; a list for one direction serves both.
+std::vector<ref::RnnActivation> rnn_activations(const graph::Graph& graph, const graph::Node& node,
+                                                ref::RecurrentCell cell, int64_t directions) {
+  using Kind = ref::RnnActivation::Kind;
+  struct Function {
+    const char* name;
+    Kind kind;
+    bool takes_alpha, takes_beta;
+    float alpha, beta;  // ONNX's defaults of the op of that name
+  };
+  static constexpr Function kFunctions[] = {
+      {"Sigmoid", Kind::kSigmoid, false, false, 0.0f, 0.0f},
+      {"Tanh", Kind::kTanh, false, false, 0.0f, 0.0f},
+      {"Relu", Kind::kRelu, false, false, 0.0f, 0.0f},
+      {"Affine", Kind::kAffine, true, true, 1.0f, 0.0f},
+      {"LeakyRelu", Kind::kLeakyRelu, true, false, 0.01f, 0.0f},
+      {"ThresholdedRelu", Kind::kThresholdedRelu, true, false, 1.0f, 0.0f},
+      {"ScaledTanh", Kind::kScaledTanh, true, true, 1.0f, 1.0f},
+      {"HardSigmoid", Kind::kHardSigmoid, true, true, 0.2f, 0.5f},
+      {"Elu", Kind::kElu, true, false, 1.0f, 0.0f},
+      {"Softsign", Kind::kSoftsign, false, false, 0.0f, 0.0f},
+      {"Softplus", Kind::kSoftplus, false, false, 0.0f, 0.0f},
+  };
+  const auto per_direction = static_cast<std::size_t>(ref::activation_count(cell));
+  std::vector<std::string> names = node.attr_strings("activations");
+  if (names.empty()) {
+    names = cell == ref::RecurrentCell::kRnn ? std::vector<std::string>{"Tanh"}
+            : cell == ref::RecurrentCell::kGru
+                ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+  }
+  const auto wanted = per_direction * static_cast<std::size_t>(directions);
+  if (names.size() == per_direction && wanted > per_direction) {
+    const std::vector<std::string> one_direction = names;
+    names.insert(names.end(), one_direction.begin(), one_direction.end());
+  }
+  if (names.size() != wanted) {
+    graph::fail(
+        graph, node, ErrorCode::kInvalidModel,
+        fmt::format("attribute activations names {} functions, expected {} ({} per direction)",
+                    names.size(), wanted, per_direction));
+  }
+  const std::vector<float> alphas = node.attr_floats("activation_alpha");
+  const std::vector<float> betas = node.attr_floats("activation_beta");
+  std::size_t next_alpha = 0, next_beta = 0;
+  std::vector<ref::RnnActivation> out;
+  for (const std::string& name : names) {
+    const auto* f = std::find_if(std::begin(kFunctions), std::end(kFunctions),
+                                 [&](const Function& fn) { return name == fn.name; });
+    if (f == std::end(kFunctions)) {
+      graph::fail(graph, node, ErrorCode::kUnsupported,
+                  fmt::format("activation function '{}' is not supported", name));
+    }
+    ref::RnnActivation a{f->kind, f->alpha, f->beta};
+    if (f->takes_alpha && next_alpha < alphas.size()) a.alpha = alphas[next_alpha++];
+    if (f->takes_beta && next_beta < betas.size()) a.beta = betas[next_beta++];
+    out.push_back(a);
+  }
+  return out;
 }
 
 }  // namespace
@@ -180,6 +246,39 @@ std::optional<FusedEpilogue> fuse_epilogue(const graph::Node& node, const AddOpe
     }
   }
   return fused;
+}
+
+RecurrentBinding bind_recurrent(const graph::Graph& graph, const graph::Node& node,
+                                const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
+  RecurrentBinding b{graph::parse_recurrent(graph, node, shapes), {}};
+  const graph::RecurrentParams& p = b.params;
+  ref::RecurrentShape& shape = b.shape;
+  shape.cell = p.gates == 4   ? ref::RecurrentCell::kLstm
+               : p.gates == 3 ? ref::RecurrentCell::kGru
+                              : ref::RecurrentCell::kRnn;
+  shape.seq_length = p.seq_length;
+  shape.batch = p.batch;
+  shape.input_size = p.input_size;
+  shape.hidden_size = p.hidden_size;
+  shape.directions = p.directions;
+  shape.reverse = p.reverse;
+  shape.batch_major = p.batch_major;
+  shape.linear_before_reset = node.attr_int("linear_before_reset", 0) != 0;
+  shape.input_forget = node.attr_int("input_forget", 0) != 0;
+  shape.clip = node.attr_float("clip", 0.0f);
+  shape.activations = rnn_activations(graph, node, shape.cell, p.directions);
+  return b;
+}
+
+void check_sequence_lens(const graph::Graph& graph, const graph::Node& node, const int32_t* lens,
+                         const kernels::reference::RecurrentShape& shape) {
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    if (lens[b] < 0 || lens[b] > shape.seq_length) {
+      graph::fail(graph, node, ErrorCode::kInvalidArgument,
+                  fmt::format("sequence_lens[{}] = {} is outside [0, {}] (the sequence length)", b,
+                              lens[b], shape.seq_length));
+    }
+  }
 }
 
 }  // namespace sparsecol::runtime

@@ -16,6 +16,7 @@
 #include "f32-pool/pool.h"
 #include "graph/graph.h"
 #include "graph/op_params.h"
+#include "reference/recurrent.h"
 
 namespace sparsecol::runtime {
 
@@ -77,5 +78,20 @@ using AddOperandJudge = std::function<AddOperandUse(int input)>;
 // when its operand may be a bias and nothing precedes it, else the residual slot when its
 // operand may be a residual and no residual or post activation precedes it.
 std::optional<FusedEpilogue> fuse_epilogue(const graph::Node& node, const AddOperandJudge& judge);
+
+// An RNN, GRU or LSTM node's sizes, attributes and activation functions (ONNX's defaults where
+// absent; a list for one direction serves both), from the shapes of its inputs (nullopt for
+// omitted ones); Error naming the node where they do not fit.
+struct RecurrentBinding {
+  graph::RecurrentParams params;  // with the output shapes
+  kernels::reference::RecurrentShape shape;
+};
+RecurrentBinding bind_recurrent(const graph::Graph& graph, const graph::Node& node,
+                                const std::vector<std::optional<std::vector<int64_t>>>& shapes);
+
+// Error(kInvalidArgument) naming the node and the entry where a sequence length falls outside
+// [0, shape.seq_length]: values a caller hands in at run time.
+void check_sequence_lens(const graph::Graph& graph, const graph::Node& node, const int32_t* lens,
+                         const kernels::reference::RecurrentShape& shape);
 
 }  // namespace sparsecol::runtime

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "../test_util.h"
 #include "f32-conv/conv.h"
 #include "graph/passes.h"
 #include "graph_builder.h"
@@ -209,6 +210,73 @@ TEST(Layerwise, EmptyProductsGiveEmptyOutputs) {
     const graph::Graph g = b.finish({b.node("MatMul", {x, w})});
     expect_matches_reference(g,
                              {{"a", random_tensor(a_dims, 71)}, {"b", random_tensor(b_dims, 72)}});
+  }
+}
+
+// A recurrent op with constant weights takes the GEMM step (kernels::PackedRecurrent): an LSTM
+// in both directions with peepholes, sequence_lens (an int32 input: 0, partial and whole) and
+// initial states, only its states read; and a GRU with layout 1 and
+// linear_before_reset whose Y alone is read. Batch 6 cuts into tasks of 4 and 2 entries.
+TEST(Layerwise, RecurrentOpsTakeTheGemmStepAndMatchReference) {
+  const int64_t steps = 5, batch = 6, in = 7, hidden = 9;
+  for (const bool lstm : {true, false}) {
+    SCOPED_TRACE(lstm ? "LSTM" : "GRU");
+    const int64_t gates = lstm ? 4 : 3, dirs = lstm ? 2 : 1;
+    GraphBuilder b;
+    const std::vector<int64_t> x_dims =
+        lstm ? std::vector<int64_t>{steps, batch, in} : std::vector<int64_t>{batch, steps, in};
+    const std::vector<int64_t> state_dims = lstm ? std::vector<int64_t>{dirs, batch, hidden}
+                                                 : std::vector<int64_t>{batch, dirs, hidden};
+    const int x = b.input("x", x_dims);
+    const int lens = b.input("lens", {batch});
+    const int h0 = b.input("h0", state_dims);
+    std::vector<int> inputs = {
+        x, b.constant("w", random_tensor({dirs, gates * hidden, in}, 81, -0.5f, 0.5f)),
+        b.constant("r", random_tensor({dirs, gates * hidden, hidden}, 82, -0.5f, 0.5f)),
+        b.constant("bias", random_tensor({dirs, 2 * gates * hidden}, 83, -0.5f, 0.5f))};
+    std::map<std::string, graph::AttrValue> attrs = {{"hidden_size", hidden}};
+    if (lstm) {
+      inputs.insert(inputs.end(), {lens, h0, b.input("c0", state_dims),
+                                   b.constant("p", random_tensor({dirs, 3 * hidden}, 84))});
+      attrs["direction"] = std::string("bidirectional");
+    } else {
+      inputs.insert(inputs.end(), {-1, h0});
+      attrs["layout"] = int64_t{1};
+      attrs["linear_before_reset"] = int64_t{1};
+    }
+    const int y = b.node(lstm ? "LSTM" : "GRU", inputs, attrs);
+    graph::Graph g = b.finish({y});
+    g.values[static_cast<std::size_t>(lens)].dtype = DType::kInt32;
+    if (lstm) {  // Y unread (as the importer keeps an omitted output); Y_h and Y_c the outputs
+      graph::Node& node = g.nodes.back();
+      const int y_h = g.add_value({"y_h", DType::kFloat32, false, std::nullopt, std::nullopt, -1});
+      const int y_c = g.add_value({"y_c", DType::kFloat32, false, std::nullopt, std::nullopt, -1});
+      node.outputs = {y, y_h, y_c};
+      g.outputs = {y_h, y_c};
+      g.link();
+    }
+    Tensor lengths = Tensor::zeros(DType::kInt32, {batch});
+    const int32_t chosen[] = {5, 0, 3, 5, 1, 4};
+    std::copy(std::begin(chosen), std::end(chosen), lengths.data<int32_t>());
+    NamedTensors feed = {{"x", random_tensor(x_dims, 85)}, {"h0", random_tensor(state_dims, 86)}};
+    if (lstm) {
+      feed["lens"] = lengths;
+      feed["c0"] = random_tensor(state_dims, 87);
+    } else {
+      g.inputs.erase(std::find(g.inputs.begin(), g.inputs.end(), lens));
+    }
+    expect_matches_reference(g, feed);
+    bool fast = false;
+    for (const LayerInfo& l : layerwise(g, feed, 2)->layers()) {
+      fast = fast || l.implementation.rfind("recurrent-gemm/", 0) == 0;
+    }
+    EXPECT_TRUE(fast) << "the recurrent op did not take the GEMM step";
+    if (lstm) {  // a length past the sequence, handed in at run time, is refused
+      lengths.data<int32_t>()[3] = steps + 1;
+      feed["lens"] = lengths;
+      test::expect_error([&] { layerwise(g, feed, 2)->run(feed); }, ErrorCode::kInvalidArgument,
+                         {"LSTM", "sequence_lens[3] = 6", "[0, 5]"});
+    }
   }
 }
 

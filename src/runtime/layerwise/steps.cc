@@ -16,6 +16,7 @@
 #include "f32-gemm/gemm.h"
 #include "f32-norm/norm.h"
 #include "f32-pool/pool.h"
+#include "f32-rnn/recurrent.h"
 #include "f32-spmm/spmm.h"
 #include "graph/op_params.h"
 #include "graph/ops_tensor.h"
@@ -760,6 +761,91 @@ std::unique_ptr<Step> make_gemm(const graph::Graph& graph, const graph::Node& no
                                     std::move(packed), epilogue, "gemm");
 }
 
+// ---- RNN, GRU, LSTM: kernels::PackedRecurrent, tasks of a direction x a block of entries ----
+
+// Batch entries per task: sized from the problem, not the threads (see kRowsPerTask). Each step
+// of a task multiplies its entries' states by all of R, so a larger block reads R fewer times;
+// 4 leaves batch 8 (BERT-sized benchmarks) two tasks per direction.
+constexpr int64_t kRecurrentRows = 4;
+
+class RecurrentStep final : public FastStep {
+ public:
+  RecurrentStep(const graph::Graph& graph, const graph::Node& node, kernels::PackedRecurrent kernel)
+      : FastStep(graph, node, kernel.implementation()), kernel_(std::move(kernel)) {}
+
+  void run(RunContext& ctx) override {
+    const kernels::reference::RecurrentShape& s = kernel_.shape();
+    auto optional_in = [&](int i) -> const Tensor* {
+      const int v = node_.input(i);
+      return v >= 0 ? &ctx.tensors[static_cast<std::size_t>(v)] : nullptr;
+    };
+    auto optional_out = [&](std::size_t i) -> float* {
+      if (i >= node_.outputs.size() || node_.outputs[i] < 0) return nullptr;
+      return ctx.tensors[static_cast<std::size_t>(node_.outputs[i])].data<float>();
+    };
+    kernels::reference::RecurrentOperands o;
+    o.x = input(ctx, 0);
+    if (const Tensor* lens = optional_in(4)) {
+      o.sequence_lens = lens->data<int32_t>();
+      check_sequence_lens(graph_, node_, o.sequence_lens, s);
+    }
+    if (const Tensor* h = optional_in(5)) o.initial_h = h->data<float>();
+    if (const Tensor* c = optional_in(6)) o.initial_c = c->data<float>();
+    o.y = optional_out(0);
+    o.y_h = optional_out(1);
+    o.y_c = optional_out(2);
+    if (buffers_.size() < static_cast<std::size_t>(ctx.threads)) {
+      buffers_.resize(static_cast<std::size_t>(ctx.threads));
+    }
+    const int64_t blocks = ceil_div(s.batch, kRecurrentRows);
+    parallel_for(ctx.threads, s.directions * blocks, [&](int64_t task, int thread) {
+      const int64_t d = task / blocks, b0 = task % blocks * kRecurrentRows;
+      kernel_.run(o, d, b0, std::min(b0 + kRecurrentRows, s.batch),
+                  buffers_[static_cast<std::size_t>(thread)],
+                  ctx.scratch[static_cast<std::size_t>(thread)]);
+    });
+    finish(ctx, false);
+  }
+
+ private:
+  kernels::PackedRecurrent kernel_;
+  std::vector<std::vector<float>> buffers_;  // per thread: projections, gates, states
+};
+
+bool is_recurrent(const graph::Node& node) {
+  return node.op_type == "RNN" || node.op_type == "GRU" || node.op_type == "LSTM";
+}
+
+std::unique_ptr<Step> make_recurrent(const graph::Graph& graph, const graph::Node& node,
+                                     [[maybe_unused]] const Options& options,
+                                     std::string* why_not) {
+  std::vector<std::optional<Dims>> shapes;
+  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+    const int v = node.inputs[i];
+    if (v >= 0 && !dims_of(graph, v)) return *why_not = "an input's shape is unknown", nullptr;
+    shapes.push_back(v >= 0 ? dims_of(graph, v) : std::nullopt);
+  }
+  // W, R, B and P are packed at build.
+  for (int i : {1, 2, 3, 7}) {
+    if (node.input(i) >= 0 && constant_of(graph, node.input(i)) == nullptr) {
+      return *why_not = "a weight, bias or peephole is not a float32 constant", nullptr;
+    }
+  }
+  if (node.input(4) >= 0 && value(graph, node.input(4)).dtype != DType::kInt32) {
+    return *why_not = "sequence_lens is not int32", nullptr;
+  }
+  const RecurrentBinding bound = bind_recurrent(graph, node, shapes);
+  const kernels::reference::RecurrentShape& s = bound.shape;
+  if (s.seq_length <= 0 || s.batch <= 0 || s.input_size <= 0 || s.hidden_size <= 0) {
+    return *why_not = "an empty dimension", nullptr;
+  }
+  auto data = [&](int i) {
+    return node.input(i) >= 0 ? constant_of(graph, node.input(i))->data<float>() : nullptr;
+  };
+  return std::make_unique<RecurrentStep>(
+      graph, node, kernels::PackedRecurrent(s, data(1), data(2), data(3), data(7)));
+}
+
 // ---- Row-wise ops: softmax and layer normalization over the last axis ----
 
 class RowsStep final : public FastStep {
@@ -1274,6 +1360,9 @@ std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Nod
       {"MaxPool", make_pool},
       {"AveragePool", make_pool},
       {"GlobalAveragePool", make_global_average_pool},
+      {"RNN", make_recurrent},
+      {"GRU", make_recurrent},
+      {"LSTM", make_recurrent},
       {"Add", make_eltwise},
       {"Sub", make_eltwise},
       {"Mul", make_eltwise},
@@ -1288,8 +1377,10 @@ std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Nod
       {"Neg", make_eltwise},
   };
   if (!node.domain.empty()) return *why_not = "not the default domain", nullptr;
-  for (int v : node.inputs) {
-    if (v >= 0 && !is_f32(graph, v) && node.op_type != "Clip") {
+  for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+    // Clip's bounds and a recurrent op's sequence_lens (input 4) are read by the step itself.
+    const bool float_input = node.op_type != "Clip" && !(is_recurrent(node) && i == 4);
+    if (node.inputs[i] >= 0 && float_input && !is_f32(graph, node.inputs[i])) {
       return *why_not = "an input is not float32", nullptr;
     }
   }

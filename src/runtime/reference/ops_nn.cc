@@ -17,6 +17,7 @@
 #include "reference/pool.h"
 #include "reference/recurrent.h"
 #include "reference/softmax.h"
+#include "runtime/kernel_bindings.h"
 #include "runtime/reference/reference_ops.h"
 
 namespace sparsecol::runtime {
@@ -244,87 +245,10 @@ void run_softmax(RefOpContext& ctx) {
   Kernel(floats(ctx, 0), output(ctx, 0, x_shape), {p.outer, p.axis_size, p.inner});
 }
 
-// The node's activation functions (attribute activations, with activation_alpha and
-// activation_beta consumed in order by the functions that take them), activation_count per
-// direction: the defaults when absent; a list for one direction serves both.
-std::vector<ref::RnnActivation> rnn_activations(const RefOpContext& ctx, ref::RecurrentCell cell,
-                                                int64_t directions) {
-  using Kind = ref::RnnActivation::Kind;
-  struct Function {
-    const char* name;
-    Kind kind;
-    bool takes_alpha, takes_beta;
-    float alpha, beta;  // ONNX's defaults of the op of that name
-  };
-  static constexpr Function kFunctions[] = {
-      {"Sigmoid", Kind::kSigmoid, false, false, 0.0f, 0.0f},
-      {"Tanh", Kind::kTanh, false, false, 0.0f, 0.0f},
-      {"Relu", Kind::kRelu, false, false, 0.0f, 0.0f},
-      {"Affine", Kind::kAffine, true, true, 1.0f, 0.0f},
-      {"LeakyRelu", Kind::kLeakyRelu, true, false, 0.01f, 0.0f},
-      {"ThresholdedRelu", Kind::kThresholdedRelu, true, false, 1.0f, 0.0f},
-      {"ScaledTanh", Kind::kScaledTanh, true, true, 1.0f, 1.0f},
-      {"HardSigmoid", Kind::kHardSigmoid, true, true, 0.2f, 0.5f},
-      {"Elu", Kind::kElu, true, false, 1.0f, 0.0f},
-      {"Softsign", Kind::kSoftsign, false, false, 0.0f, 0.0f},
-      {"Softplus", Kind::kSoftplus, false, false, 0.0f, 0.0f},
-  };
-  const auto per_direction = static_cast<std::size_t>(ref::activation_count(cell));
-  std::vector<std::string> names = ctx.node.attr_strings("activations");
-  if (names.empty()) {
-    names = cell == ref::RecurrentCell::kRnn ? std::vector<std::string>{"Tanh"}
-            : cell == ref::RecurrentCell::kGru
-                ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-  }
-  const auto wanted = per_direction * static_cast<std::size_t>(directions);
-  if (names.size() == per_direction && wanted > per_direction) {
-    const std::vector<std::string> one_direction = names;
-    names.insert(names.end(), one_direction.begin(), one_direction.end());
-  }
-  if (names.size() != wanted) {
-    ctx.fail(ErrorCode::kInvalidModel,
-             fmt::format("attribute activations names {} functions, expected {} ({} per direction)",
-                         names.size(), wanted, per_direction));
-  }
-  const std::vector<float> alphas = ctx.node.attr_floats("activation_alpha");
-  const std::vector<float> betas = ctx.node.attr_floats("activation_beta");
-  std::size_t next_alpha = 0, next_beta = 0;
-  std::vector<ref::RnnActivation> out;
-  for (const std::string& name : names) {
-    const auto* f = std::find_if(std::begin(kFunctions), std::end(kFunctions),
-                                 [&](const Function& fn) { return name == fn.name; });
-    if (f == std::end(kFunctions)) {
-      ctx.fail(ErrorCode::kUnsupported,
-               fmt::format("activation function '{}' is not supported", name));
-    }
-    ref::RnnActivation a{f->kind, f->alpha, f->beta};
-    if (f->takes_alpha && next_alpha < alphas.size()) a.alpha = alphas[next_alpha++];
-    if (f->takes_beta && next_beta < betas.size()) a.beta = betas[next_beta++];
-    out.push_back(a);
-  }
-  return out;
-}
-
 void run_recurrent(RefOpContext& ctx) {
   std::vector<std::optional<Shape>> shapes;
   for (std::size_t i = 0; i < ctx.inputs.size(); ++i) shapes.push_back(optional_shape(ctx, i));
-  const graph::RecurrentParams p = graph::parse_recurrent(ctx.graph, ctx.node, shapes);
-  ref::RecurrentShape shape;
-  shape.cell = p.gates == 4   ? ref::RecurrentCell::kLstm
-               : p.gates == 3 ? ref::RecurrentCell::kGru
-                              : ref::RecurrentCell::kRnn;
-  shape.seq_length = p.seq_length;
-  shape.batch = p.batch;
-  shape.input_size = p.input_size;
-  shape.hidden_size = p.hidden_size;
-  shape.directions = p.directions;
-  shape.reverse = p.reverse;
-  shape.batch_major = p.batch_major;
-  shape.linear_before_reset = ctx.node.attr_int("linear_before_reset", 0) != 0;
-  shape.input_forget = ctx.node.attr_int("input_forget", 0) != 0;
-  shape.clip = ctx.node.attr_float("clip", 0.0f);
-  shape.activations = rnn_activations(ctx, shape.cell, p.directions);
+  const RecurrentBinding bound = bind_recurrent(ctx.graph, ctx.node, shapes);
   ref::RecurrentOperands o;
   o.x = floats(ctx, 0);
   o.w = floats(ctx, 1);
@@ -336,21 +260,15 @@ void run_recurrent(RefOpContext& ctx) {
                fmt::format("sequence_lens has dtype {}; expected int32", to_string(lens->dtype())));
     }
     o.sequence_lens = lens->data<int32_t>();
-    for (int64_t b = 0; b < p.batch; ++b) {
-      if (o.sequence_lens[b] < 0 || o.sequence_lens[b] > p.seq_length) {
-        ctx.fail(ErrorCode::kInvalidArgument,
-                 fmt::format("sequence_lens[{}] = {} is outside [0, {}] (the sequence length)", b,
-                             o.sequence_lens[b], p.seq_length));
-      }
-    }
+    check_sequence_lens(ctx.graph, ctx.node, o.sequence_lens, bound.shape);
   }
   o.initial_h = floats(ctx, 5);
   o.initial_c = floats(ctx, 6);
   o.p = floats(ctx, 7);
-  o.y = optional_output(ctx, 0, p.y_shape);
-  o.y_h = optional_output(ctx, 1, p.state_shape);
-  o.y_c = optional_output(ctx, 2, p.state_shape);
-  ref::recurrent_reference(shape, o);
+  o.y = optional_output(ctx, 0, bound.params.y_shape);
+  o.y_h = optional_output(ctx, 1, bound.params.state_shape);
+  o.y_c = optional_output(ctx, 2, bound.params.state_shape);
+  ref::recurrent_reference(bound.shape, o);
 }
 
 // NegativeLogLikelihoodLoss, and SoftmaxCrossEntropyLoss as log_softmax over the classes (its
