@@ -7,6 +7,7 @@
 //
 // Built only with -DSPARSECOL_FUZZ=ON (clang, see tests/CMakeLists.txt); .ci/run fuzzes it for
 // a bounded time from a corpus written by sparsecol_fuzz_corpus.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -32,6 +33,11 @@ namespace graph = sparsecol::graph;
 // and the activations of the specialized graph are capped.
 constexpr int64_t kMaxInputElements = int64_t{1} << 14;
 constexpr int64_t kMaxGraphBytes = int64_t{64} << 20;
+// Small tensors can still ask for hours of work: a ConvTranspose of a [123, 1, 3, 3] input by a
+// [1, 65, 59, 2] kernel took 20-80 s per execution through the coverage-instrumented reference
+// kernel (found by a 20-minute local run; libFuzzer's 25 s timeout would call that a failure).
+// Graphs whose products exceed this many multiply-adds (an upper bound, product_work) are not run.
+constexpr double kMaxMultiplyAdds = double(int64_t{1} << 27);
 // Unknown dimensions of inputs are set to this.
 constexpr int64_t kFreeDim = 2;
 
@@ -79,6 +85,50 @@ int64_t graph_bytes(const graph::Graph& g) {
   return total;
 }
 
+int64_t elements(const graph::Graph& g, int id) {
+  if (id < 0) return 0;
+  const graph::Value& value = g.values[static_cast<std::size_t>(id)];
+  if (!value.shape) return 0;
+  int64_t count = 1;
+  for (const graph::Dim& dim : *value.shape) count *= dim.known() ? dim.value : 1;
+  return count;
+}
+
+// An upper bound on the multiply-adds of the ops whose work grows with the product of two sizes
+// (every other op's grows with the bytes graph_bytes caps): for the products, each output
+// element times the largest operand after the first (a convolution's whole weight, not one
+// output channel's; a MatMul's whole B, not one column); for Einsum, whose labels each size
+// some operand, the product of its operands' sizes; for pooling, each output element times the
+// window.
+double product_work(const graph::Graph& g) {
+  static const char* const kProducts[] = {"Conv",   "ConvTranspose", "ConvInteger",   "QLinearConv",
+                                          "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm",
+                                          "RNN",    "GRU",           "LSTM"};
+  double work = 0.0;
+  for (const graph::Node& node : g.nodes) {
+    if (node.outputs.empty()) continue;
+    const auto out = static_cast<double>(elements(g, node.outputs[0]));
+    if (node.op_type == "Einsum") {
+      double combinations = 1.0;
+      for (int v : node.inputs)
+        combinations *= static_cast<double>(std::max<int64_t>(1, elements(g, v)));
+      work += combinations;
+    } else if (std::any_of(std::begin(kProducts), std::end(kProducts),
+                           [&](const char* op) { return node.op_type == op; })) {
+      int64_t operand = 1;
+      for (std::size_t i = 1; i < node.inputs.size(); ++i) {
+        operand = std::max(operand, elements(g, node.inputs[i]));
+      }
+      work += out * static_cast<double>(operand);
+    } else if (node.op_type.find("Pool") != std::string::npos) {
+      double window = 1.0;
+      for (int64_t k : node.attr_ints("kernel_shape")) window *= static_cast<double>(k);
+      work += out * window;
+    }
+  }
+  return work;
+}
+
 void import_optimize_run(const uint8_t* data, std::size_t size) {
   graph::Graph g = sparsecol::onnx_import::import_model_bytes(data, size, "fuzz.onnx", "");
   graph::optimize(g, sparsecol::runtime::evaluate_node);
@@ -103,7 +153,7 @@ void import_optimize_run(const uint8_t* data, std::size_t size) {
     inputs.emplace(value.name, std::move(tensor));
   }
   graph::Graph specialized = graph::specialize(g, shapes, sparsecol::runtime::evaluate_node);
-  if (graph_bytes(specialized) < 0) return;
+  if (graph_bytes(specialized) < 0 || product_work(specialized) > kMaxMultiplyAdds) return;
   // The fast executors bind kernels to the graph (geometry, packing, memory and tile plans) and
   // must refuse what they cannot run with an Error as well. One thread each: the fuzzer wants
   // executions per second, and their threading is the concurrency test's job. Their outputs are
