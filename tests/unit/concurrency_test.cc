@@ -24,19 +24,25 @@ namespace sparsecol::testing {
 namespace {
 
 // Two cores hand a line back and forth in tens to hundreds of ns, within the probe's time limit;
-// a core with itself, or one the machine lacks, has no round trip.
+// a core with itself, or one the machine lacks, has no round trip. A probe that finds one of
+// the cores busy with another process (ctest runs tests side by side; a fuzzer beside the tests
+// made one probe in two fail) gives up after 50 ms by design, so the pair must be measured by
+// at least 3 of up to 30 probes.
 TEST(CoreRoundTrip, IsMeasuredBetweenTwoCoresOnly) {
   const int cores = runtime::machine_topology().physical_cores;
   EXPECT_FALSE(runtime::core_round_trip_ns(0, 0));
   EXPECT_FALSE(runtime::core_round_trip_ns(0, cores));
   EXPECT_FALSE(runtime::core_round_trip_ns(-1, 0));
   if (cores < 2) GTEST_SKIP() << "one core: no pair to measure";
-  for (int probe = 0; probe < 3; ++probe) {
+  int measured = 0;
+  for (int probe = 0; probe < 30 && measured < 3; ++probe) {
     const std::optional<double> ns = runtime::core_round_trip_ns(0, 1);
-    ASSERT_TRUE(ns);
+    if (!ns) continue;
+    ++measured;
     EXPECT_GT(*ns, 1.0);
     EXPECT_LT(*ns, 1e6);
   }
+  EXPECT_EQ(measured, 3) << "cores 0 and 1 measured by " << measured << " of 30 probes";
 }
 
 constexpr int kThreads = 8;
