@@ -19,7 +19,9 @@
 #include "f32-rnn/recurrent.h"
 #include "f32-spmm/spmm.h"
 #include "graph/op_params.h"
+#include "graph/ops.h"
 #include "graph/ops_tensor.h"
+#include "reference/tensor.h"
 #include "runtime/epilogue.h"
 #include "runtime/kernel_bindings.h"
 #include "runtime/reference/reference_ops.h"
@@ -846,6 +848,123 @@ std::unique_ptr<Step> make_recurrent(const graph::Graph& graph, const graph::Nod
       graph, node, kernels::PackedRecurrent(s, data(1), data(2), data(3), data(7)));
 }
 
+// ---- Einsum of one or two float operands: gathers, a batched GEMM, a scatter ----
+
+// Which role each label of a resolved Einsum plays in C[batch][M][N] = A[batch][M][K] *
+// B[batch][K][N], and each operand's strides along the labels in that order. A label that the
+// output keeps is a batch label where both operands vary along it, else an M (A's) or N (B's)
+// label; every summed label is a K label, including one that only one operand has (the other's
+// stride 0 repeats it along K, so the product sums that operand over it). A single operand is
+// A, with B a virtual 1.0 of stride 0 everywhere.
+struct EinsumProduct {
+  std::vector<int64_t> a_shape, a_strides;  // [batch..., M..., K...]
+  std::vector<int64_t> b_shape, b_strides;  // [batch..., K..., N...]
+  std::vector<int64_t> c_shape, c_strides;  // [batch..., M..., N...], into the output
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+};
+
+EinsumProduct einsum_product(const graph::EinsumSpec& spec) {
+  enum Role { kBatch, kM, kN, kK };
+  const bool two = spec.input_strides.size() == 2;
+  std::vector<std::pair<Role, std::size_t>> labels;  // in spec order, grouped by role below
+  for (std::size_t l = 0; l < spec.sizes.size(); ++l) {
+    const int64_t a = spec.input_strides[0][l], b = two ? spec.input_strides[1][l] : 0;
+    const Role role = spec.output_strides[l] == 0 && spec.sizes[l] != 1 ? kK
+                      : a != 0 && b != 0                                ? kBatch
+                      : b != 0                                          ? kN
+                                                                        : kM;
+    labels.emplace_back(role, l);
+  }
+  EinsumProduct p;
+  auto add = [&](Role role, std::vector<int64_t>& shape, std::vector<int64_t>& strides,
+                 const std::vector<int64_t>* from) {
+    for (const auto& [r, l] : labels) {
+      if (r != role) continue;
+      shape.push_back(spec.sizes[l]);
+      strides.push_back(from != nullptr ? (*from)[l] : 0);
+    }
+  };
+  const std::vector<int64_t>* a = &spec.input_strides[0];
+  const std::vector<int64_t>* b = two ? &spec.input_strides[1] : nullptr;
+  for (Role role : {kBatch, kM, kK}) add(role, p.a_shape, p.a_strides, a);
+  for (Role role : {kBatch, kK, kN}) add(role, p.b_shape, p.b_strides, b);
+  for (Role role : {kBatch, kM, kN}) add(role, p.c_shape, p.c_strides, &spec.output_strides);
+  for (const auto& [r, l] : labels) {
+    int64_t& size = r == kBatch ? p.batch : r == kM ? p.m : r == kN ? p.n : p.k;
+    size *= spec.sizes[l];
+  }
+  return p;
+}
+
+class EinsumStep final : public FastStep {
+ public:
+  EinsumStep(const graph::Graph& graph, const graph::Node& node, EinsumProduct product)
+      : FastStep(graph, node,
+                 fmt::format("einsum gemm/{}", kernels::to_string(kernels::active_isa()))),
+        p_(std::move(product)) {}
+
+  void run(RunContext& ctx) override {
+    float* y = output(ctx);
+    const int64_t out_numel = p_.batch * p_.m * p_.n;
+    if (out_numel == 0) return;
+    if (p_.k == 0) {  // an empty sum
+      std::fill_n(y, out_numel, 0.0f);
+      return finish(ctx, false);
+    }
+    const float one = 1.0f;
+    const float* a = gathered(input(ctx, 0), p_.a_shape, p_.a_strides, a_);
+    const float* b =
+        gathered(node_.inputs.size() == 2 ? input(ctx, 1) : &one, p_.b_shape, p_.b_strides, b_);
+    const std::vector<int64_t> c_dense = kernels::reference::contiguous_strides(p_.c_shape);
+    float* c = p_.c_strides == c_dense ? y : kernels::aligned_scratch(c_, out_numel);
+    const int64_t row_blocks = ceil_div(p_.m, kGemmRowBlock);
+    parallel_for(ctx.threads, p_.batch * row_blocks, [&](int64_t task, int thread) {
+      const int64_t batch = task / row_blocks, r0 = task % row_blocks * kGemmRowBlock;
+      const kernels::GemmShape region{std::min(kGemmRowBlock, p_.m - r0), p_.n, p_.k};
+      kernels::gemm(region, a + (batch * p_.m + r0) * p_.k, p_.k, b + batch * p_.k * p_.n, p_.n,
+                    c + (batch * p_.m + r0) * p_.n, p_.n, kernels::Epilogue{},
+                    ctx.scratch[static_cast<std::size_t>(thread)]);
+    });
+    if (c != y) {
+      kernels::reference::copy_strided(c, c_dense, y, p_.c_strides, p_.c_shape, sizeof(float));
+    }
+    finish(ctx, false);
+  }
+
+ private:
+  // The operand as a dense [shape] block: in place where its strides already are those, else
+  // copied into `buffer`.
+  static const float* gathered(const float* src, const std::vector<int64_t>& shape,
+                               const std::vector<int64_t>& strides, std::vector<float>& buffer) {
+    const std::vector<int64_t> dense = kernels::reference::contiguous_strides(shape);
+    if (strides == dense) return src;
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    float* dst = kernels::aligned_scratch(buffer, count);
+    kernels::reference::copy_strided(src, strides, dst, dense, shape, sizeof(float));
+    return dst;
+  }
+
+  EinsumProduct p_;
+  std::vector<float> a_, b_, c_;  // gathered operands and the product, where copies are needed
+};
+
+std::unique_ptr<Step> make_einsum(const graph::Graph& graph, const graph::Node& node,
+                                  [[maybe_unused]] const Options& options, std::string* why_not) {
+  if (node.inputs.empty() || node.inputs.size() > 2) {
+    return *why_not = "not one or two operands", nullptr;
+  }
+  std::vector<std::vector<int64_t>> shapes;
+  for (int v : node.inputs) {
+    const std::optional<Dims> dims = dims_of(graph, v);
+    if (!dims) return *why_not = "an operand's shape is unknown", nullptr;
+    shapes.push_back(*dims);
+  }
+  const graph::EinsumSpec spec = graph::resolve_einsum(graph::InferContext(graph, node),
+                                                       node.attr_string("equation", ""), shapes);
+  return std::make_unique<EinsumStep>(graph, node, einsum_product(spec));
+}
+
 // ---- Row-wise ops: softmax and layer normalization over the last axis ----
 
 class RowsStep final : public FastStep {
@@ -1360,6 +1479,7 @@ std::unique_ptr<Step> make_fast_step(const graph::Graph& graph, const graph::Nod
       {"MaxPool", make_pool},
       {"AveragePool", make_pool},
       {"GlobalAveragePool", make_global_average_pool},
+      {"Einsum", make_einsum},
       {"RNN", make_recurrent},
       {"GRU", make_recurrent},
       {"LSTM", make_recurrent},
