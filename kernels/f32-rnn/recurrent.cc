@@ -16,9 +16,7 @@ namespace {
 // m^T of the `rows` x `cols` block at m (rows ld apart), packed as a GEMM B operand.
 PackedB pack_transposed(const float* m, int64_t rows, int64_t cols, int64_t ld, Isa isa) {
   std::vector<float> t(static_cast<std::size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) t[static_cast<std::size_t>(j * rows + i)] = m[i * ld + j];
-  }
+  transpose_2d(m, ld, rows, cols, t.data(), rows);
   return PackedB(t.data(), cols, rows, rows, isa);
 }
 
@@ -37,12 +35,16 @@ void activate(const RnnActivation& a, float* v, int64_t n, Isa isa) {
   }
 }
 
-// acc[0, n) += add[0, n), then clipped to [-clip, clip] where clip > 0.
+// v[0, n) clipped to [-clip, clip] where clip > 0 (ONNX's clip on the gates' inputs).
+void clip_to(float* v, int64_t n, float clip) {
+  if (clip <= 0.0f) return;
+  for (int64_t i = 0; i < n; ++i) v[i] = std::clamp(v[i], -clip, clip);
+}
+
+// acc[0, n) += add[0, n), then clipped.
 void add_and_clip(float* acc, const float* add, int64_t n, float clip) {
   for (int64_t i = 0; i < n; ++i) acc[i] += add[i];
-  if (clip > 0.0f) {
-    for (int64_t i = 0; i < n; ++i) acc[i] = std::clamp(acc[i], -clip, clip);
-  }
+  clip_to(acc, n, clip);
 }
 
 }  // namespace
@@ -183,11 +185,7 @@ void PackedRecurrent::run(const reference::RecurrentOperands& o, int64_t d, int6
               gf[u] += pf[u] * cj[u];
             }
           }
-          if (s.clip > 0.0f) {
-            for (float* gate : {gi, gf, gc}) {
-              for (int64_t u = 0; u < hidden; ++u) gate[u] = std::clamp(gate[u], -s.clip, s.clip);
-            }
-          }
+          for (float* gate : {gi, gf, gc}) clip_to(gate, hidden, s.clip);
           activate(act[0], gi, hidden, isa_);
           if (!s.input_forget) activate(act[0], gf, hidden, isa_);
           activate(act[1], gc, hidden, isa_);
@@ -199,9 +197,7 @@ void PackedRecurrent::run(const reference::RecurrentOperands& o, int64_t d, int6
             const float* po = dir.peepholes.data() + hidden;
             for (int64_t u = 0; u < hidden; ++u) go[u] += po[u] * cj[u];
           }
-          if (s.clip > 0.0f) {
-            for (int64_t u = 0; u < hidden; ++u) go[u] = std::clamp(go[u], -s.clip, s.clip);
-          }
+          clip_to(go, hidden, s.clip);
           activate(act[0], go, hidden, isa_);
           std::copy_n(cj, hidden, gf);  // h = o * act_h(c), act_h taken in gf's place
           activate(act[2], gf, hidden, isa_);
