@@ -288,6 +288,128 @@ TEST(OneDnnTest, ConvTransposeRunsAsDeconvolutionAndMatchesReference) {
   EXPECT_EQ(fallbacks, 1);
 }
 
+// RNN, GRU and LSTM map to oneDNN's recurrent primitives: both directions (Y reordered from the
+// primitive's [T, N, D*H]), reverse, LSTM's gate order (ONNX i, o, f, c), GRU with and without
+// linear_before_reset (its Rb_h a bias gate of its own), a vanilla RNN on Relu, with and without
+// bias and initial states, Y, Y_h and Y_c read or not. What the primitives cannot express runs
+// the reference op: clip, sequence_lens, layout 1, activations other than ONNX's defaults.
+TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
+  using Attrs = std::map<std::string, graph::AttrValue>;
+  struct Case {
+    const char* name;
+    const char* op;
+    Attrs attrs;
+    bool bias, initial_states, sequence_lens;
+    int outputs;  // Y, then Y_h, then Y_c
+    bool onednn;  // expected to map
+  };
+  using Strings = std::vector<std::string>;
+  const Case cases[] = {
+      {"bidirectional LSTM",
+       "LSTM",
+       {{"direction", std::string("bidirectional")}},
+       true,
+       true,
+       false,
+       3,
+       true},
+      {"LSTM, Y only", "LSTM", {}, false, false, false, 1, true},
+      {"reverse LSTM, states only",
+       "LSTM",
+       {{"direction", std::string("reverse")}},
+       true,
+       true,
+       false,
+       3,
+       true},
+      {"reverse GRU", "GRU", {{"direction", std::string("reverse")}}, true, true, false, 2, true},
+      {"bidirectional GRU, linear_before_reset",
+       "GRU",
+       {{"direction", std::string("bidirectional")}, {"linear_before_reset", int64_t{1}}},
+       true,
+       true,
+       false,
+       2,
+       true},
+      {"RNN on Relu", "RNN", {{"activations", Strings{"Relu"}}}, true, false, false, 2, true},
+      {"bidirectional RNN",
+       "RNN",
+       {{"direction", std::string("bidirectional")}},
+       false,
+       true,
+       false,
+       1,
+       true},
+      {"LSTM with clip", "LSTM", {{"clip", 0.5f}}, true, false, false, 1, false},
+      {"GRU with sequence_lens", "GRU", {}, true, false, true, 1, false},
+      {"GRU, layout 1", "GRU", {{"layout", int64_t{1}}}, true, true, false, 2, false},
+      {"RNN, two activations",
+       "RNN",
+       {{"direction", std::string("bidirectional")}, {"activations", Strings{"Tanh", "Relu"}}},
+       true,
+       false,
+       false,
+       1,
+       false},
+  };
+  const int64_t steps = 5, batch = 3, in = 6, hidden = 7;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string op = c.op;
+    const int64_t gates = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
+    const auto direction = c.attrs.find("direction");
+    const int64_t dirs =
+        direction != c.attrs.end() && std::get<std::string>(direction->second) == "bidirectional"
+            ? 2
+            : 1;
+    const bool batch_major = c.attrs.count("layout") != 0;
+    const std::vector<int64_t> x_dims = batch_major ? std::vector<int64_t>{batch, steps, in}
+                                                    : std::vector<int64_t>{steps, batch, in};
+    const std::vector<int64_t> state_dims = batch_major ? std::vector<int64_t>{batch, dirs, hidden}
+                                                        : std::vector<int64_t>{dirs, batch, hidden};
+    GraphBuilder b;
+    NamedTensors feed = {{"x", random_tensor(x_dims, 11)}};
+    std::vector<int> inputs = {
+        b.input("x", x_dims),
+        b.constant("w", random_tensor({dirs, gates * hidden, in}, 12, -0.5f, 0.5f)),
+        b.constant("r", random_tensor({dirs, gates * hidden, hidden}, 13, -0.5f, 0.5f)),
+        c.bias ? b.constant("b", random_tensor({dirs, 2 * gates * hidden}, 14, -0.5f, 0.5f)) : -1,
+        c.sequence_lens ? b.input("lens", {batch}) : -1};
+    if (c.sequence_lens) {
+      Tensor lens = Tensor::zeros(DType::kInt32, {batch});
+      for (int64_t i = 0; i < batch; ++i) lens.data<int32_t>()[i] = static_cast<int32_t>(i + 3);
+      feed["lens"] = lens;
+    }
+    if (c.initial_states) {
+      inputs.push_back(b.input("h0", state_dims));
+      feed["h0"] = random_tensor(state_dims, 15);
+      if (op == "LSTM") {
+        inputs.push_back(b.input("c0", state_dims));
+        feed["c0"] = random_tensor(state_dims, 16);
+      }
+    }
+    Attrs attrs = c.attrs;
+    attrs["hidden_size"] = hidden;
+    const int y = b.node(op, inputs, attrs);
+    graph::Graph g = b.finish({y});
+    if (c.sequence_lens) g.values[static_cast<std::size_t>(inputs[4])].dtype = DType::kInt32;
+    graph::Node& node = g.nodes.back();
+    for (int i = 1; i < c.outputs; ++i) {
+      node.outputs.push_back(g.add_value(
+          {"state" + std::to_string(i), DType::kFloat32, false, std::nullopt, std::nullopt, -1}));
+    }
+    // "states only": Y computed (the node's first output) but not read.
+    g.outputs = std::string(c.name).find("states only") != std::string::npos
+                    ? std::vector<int>(node.outputs.begin() + 1, node.outputs.end())
+                    : node.outputs;
+    g.link();
+    expect_matches_reference(g, feed);
+    const auto layers = runtime::make_onednn_executor(specialized(g, feed), 2)->layers();
+    ASSERT_EQ(layers.size(), 1u);
+    EXPECT_EQ(layers[0].implementation, c.onednn ? "onednn" : "reference");
+  }
+}
+
 TEST(OneDnnTest, ResultsDoNotDependOnThreadCount) {
   GraphBuilder b;
   const int x = b.input("x", {1, 16, 12, 12});

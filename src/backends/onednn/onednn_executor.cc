@@ -16,6 +16,7 @@
 //   (plan_memory).
 // - Threads: oneDNN's Debian build runs on OpenMP (libgomp), so the thread count is OpenMP's,
 //   set around build and run.
+// - RNN, GRU and LSTM run as oneDNN's recurrent primitives (map_recurrent says which nodes).
 //
 // Ops without a primitive here (Gather, Expand, Where, ...) run their reference op
 // (runtime::find_reference_op) on plain-layout buffers, with reorders around them; so does any
@@ -38,6 +39,7 @@
 #include "graph/op_params.h"
 #include "runtime/epilogue.h"
 #include "runtime/executor.h"
+#include "runtime/kernel_bindings.h"
 #include "runtime/reference/reference_ops.h"
 
 namespace sparsecol::runtime {
@@ -492,6 +494,7 @@ class OneDnnExecutor final : public Executor {
     }
     if (op == "Transpose") return map_transpose(node);
     if (op == "Concat") return map_concat(node);
+    if (op == "RNN" || op == "GRU" || op == "LSTM") return map_recurrent(node);
     return map_eltwise(node);
   }
 
@@ -911,6 +914,208 @@ class OneDnnExecutor final : public Executor {
     define(out, plain_md(dims_of(out)));
     step.args[DNNL_ARG_DST] = make_memory(slot(out).buffer, md);
     return push(std::move(step));
+  }
+
+  // ---- recurrent layers ----
+
+  // RNN, GRU and LSTM as oneDNN's vanilla_rnn, gru / lbr_gru and lstm primitives (one layer,
+  // ONNX's direction). What those primitives cannot express goes to the reference op:
+  // sequence_lens (they run every sequence to the end), clip, input_forget, peepholes, layout 1
+  // (batch first), and activation functions other than ONNX's defaults (a vanilla RNN may take
+  // Tanh, Relu or Sigmoid, the same for both directions).
+  bool map_recurrent(const graph::Node& node) {
+    namespace ref = kernels::reference;
+    std::vector<std::optional<std::vector<int64_t>>> shapes;
+    for (int v : node.inputs) {
+      shapes.push_back(v >= 0 ? std::optional(slot(v).shape) : std::nullopt);
+    }
+    const ref::RecurrentShape shape = bind_recurrent(graph_, node, shapes).shape;
+    const int x = node.input(0), w = node.input(1), r = node.input(2), b = node.input(3);
+    const int initial_h = node.input(5), initial_c = node.input(6), peepholes = node.input(7);
+    if (node.input(4) >= 0) throw Unmapped{"sequence_lens (oneDNN runs every sequence whole)"};
+    if (peepholes >= 0) throw Unmapped{"peepholes"};
+    if (shape.clip > 0.0f || shape.input_forget) throw Unmapped{"clip or input_forget"};
+    if (shape.batch_major) throw Unmapped{"layout 1 (batch first)"};
+    if (!is_constant(w) || !is_constant(r) || (b >= 0 && !is_constant(b))) {
+      throw Unmapped{"weights or bias are not constant"};
+    }
+    for (int v : {x, initial_h, initial_c}) {
+      if (v >= 0 && !slot(v).in_dnnl) return false;
+    }
+    for (int v : node.outputs) {
+      if (v >= 0 && !slot(v).in_dnnl) return false;
+    }
+    const algorithm rnn_activation = recurrent_activation(shape);
+
+    const int64_t steps = shape.seq_length, batch = shape.batch, input = shape.input_size,
+                  hidden = shape.hidden_size, dirs = shape.directions;
+    const int64_t gates = ref::gate_count(shape.cell);
+    const bool lstm = shape.cell == ref::RecurrentCell::kLstm;
+    const bool lbr = shape.cell == ref::RecurrentCell::kGru && shape.linear_before_reset;
+    // oneDNN's gate g is ONNX's gate onnx_gate[g]: LSTM i, f, c, o against ONNX's i, o, f, c;
+    // GRU's u, r, o are ONNX's z, r, h.
+    std::vector<int64_t> onnx_gate(static_cast<std::size_t>(gates));
+    std::iota(onnx_gate.begin(), onnx_gate.end(), 0);
+    if (lstm) onnx_gate = {0, 2, 3, 1};
+    const Tensor w_gates = permute_gates(*value(w).constant, onnx_gate, dirs, hidden);
+    const Tensor r_gates = permute_gates(*value(r).constant, onnx_gate, dirs, hidden);
+    const Tensor bias = recurrent_bias(b >= 0 ? value(b).constant->data<float>() : nullptr,
+                                       onnx_gate, dirs, gates, hidden, lbr);
+
+    // ONNX's W [D, G*H, I] and R [D, G*H, H] are oneDNN's ldgoi (logical dims l, d, i, g, o).
+    auto ldgoi = [&](int64_t rows) {
+      return memory::desc(
+          {1, dirs, rows, gates, hidden}, memory::data_type::f32,
+          Dims{dirs * gates * hidden * rows, gates * hidden * rows, 1, hidden * rows, rows});
+    };
+    const Dims state_dims{1, dirs, batch, hidden};  // ONNX's [D, N, H] states are ldnc
+    const memory::desc state_md = plain_md(state_dims);
+    auto state_if = [&](bool present) { return present ? state_md : memory::desc(); };
+    const int y = output(node, 0), y_h = output(node, 1), y_c = lstm ? output(node, 2) : -1;
+    const memory::desc src_layer = plain_md({steps, batch, input});
+    const memory::desc dst_layer = plain_md({steps, batch, dirs * hidden});
+    const memory::desc bias_md = plain_md(bias.shape());
+    const memory::desc w_any = any_md({1, dirs, input, gates, hidden});
+    const memory::desc r_any = any_md({1, dirs, hidden, gates, hidden});
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto direction = dirs == 2       ? dnnl::rnn_direction::bidirectional_concat
+                           : shape.reverse ? dnnl::rnn_direction::unidirectional_right2left
+                                           : dnnl::rnn_direction::unidirectional_left2right;
+    Step step;
+    memory::desc w_md, r_md;
+    auto take = [&](auto pd, auto primitive) {
+      w_md = pd.weights_layer_desc();
+      r_md = pd.weights_iter_desc();
+      step.primitive = std::move(primitive);
+    };
+    if (lstm) {
+      const dnnl::lstm_forward::desc desc(prop, direction, src_layer, state_if(initial_h >= 0),
+                                          state_if(initial_c >= 0), w_any, r_any, bias_md,
+                                          dst_layer, state_if(y_h >= 0), state_if(y_c >= 0));
+      const dnnl::lstm_forward::primitive_desc pd(desc, engine_);
+      take(pd, dnnl::lstm_forward(pd));
+    } else if (lbr) {
+      const dnnl::lbr_gru_forward::desc desc(prop, direction, src_layer, state_if(initial_h >= 0),
+                                             w_any, r_any, bias_md, dst_layer, state_if(y_h >= 0));
+      const dnnl::lbr_gru_forward::primitive_desc pd(desc, engine_);
+      take(pd, dnnl::lbr_gru_forward(pd));
+    } else if (shape.cell == ref::RecurrentCell::kGru) {
+      const dnnl::gru_forward::desc desc(prop, direction, src_layer, state_if(initial_h >= 0),
+                                         w_any, r_any, bias_md, dst_layer, state_if(y_h >= 0));
+      const dnnl::gru_forward::primitive_desc pd(desc, engine_);
+      take(pd, dnnl::gru_forward(pd));
+    } else {
+      const dnnl::vanilla_rnn_forward::desc desc(prop, rnn_activation, direction, src_layer,
+                                                 state_if(initial_h >= 0), w_any, r_any, bias_md,
+                                                 dst_layer, state_if(y_h >= 0));
+      const dnnl::vanilla_rnn_forward::primitive_desc pd(desc, engine_);
+      take(pd, dnnl::vanilla_rnn_forward(pd));
+    }
+    step.args[DNNL_ARG_WEIGHTS_LAYER] =
+        make_memory(constant_in_layout(w_gates, ldgoi(input), w_md), w_md);
+    step.args[DNNL_ARG_WEIGHTS_ITER] =
+        make_memory(constant_in_layout(r_gates, ldgoi(hidden), r_md), r_md);
+    step.args[DNNL_ARG_BIAS] = make_memory(constant_in_layout(bias, bias_md, bias_md), bias_md);
+    step.args[DNNL_ARG_SRC_LAYER] = make_memory(in_plain_layout(x), src_layer);
+    if (initial_h >= 0)
+      step.args[DNNL_ARG_SRC_ITER] = make_memory(in_plain_layout(initial_h), state_md);
+    if (initial_c >= 0) {
+      step.args[DNNL_ARG_SRC_ITER_C] = make_memory(in_plain_layout(initial_c), state_md);
+    }
+    for (const auto& [v, arg] : {std::pair{y_h, DNNL_ARG_DST_ITER}, {y_c, DNNL_ARG_DST_ITER_C}}) {
+      if (v < 0) continue;
+      define(v, plain_md(dims_of(v)));
+      step.args[arg] = make_memory(slot(v).buffer, state_md);
+    }
+    // Y [T, D, N, H] is the primitive's [T, N, D*H] when D = 1; with two directions, the
+    // primitive writes [T, N, D, H] to a buffer of its own, reordered into Y after it.
+    int concat = -1;
+    if (y >= 0) define(y, plain_md(dims_of(y)));
+    if (y >= 0 && dirs == 1) {
+      step.args[DNNL_ARG_DST_LAYER] = make_memory(slot(y).buffer, dst_layer);
+    } else {
+      concat = new_buffer(dst_layer.get_size(), -1);
+      step.args[DNNL_ARG_DST_LAYER] = make_memory(concat, dst_layer);
+    }
+    steps_.push_back(std::move(step));
+    if (y >= 0 && dirs == 2) {
+      const memory::desc as_y({steps, dirs, batch, hidden}, memory::data_type::f32,
+                              Dims{batch * dirs * hidden, hidden, dirs * hidden, 1});
+      add_reorder(concat, as_y, slot(y).buffer, slot(y).md);
+    }
+    return true;
+  }
+
+  // Output `i` of the node, or -1 when it is absent.
+  static int output(const graph::Node& node, std::size_t i) {
+    return i < node.outputs.size() ? node.outputs[i] : -1;
+  }
+
+  // The vanilla RNN's activation (ONNX's defaults are the only ones the others take).
+  static algorithm recurrent_activation(const kernels::reference::RecurrentShape& shape) {
+    using Kind = kernels::reference::RnnActivation::Kind;
+    using kernels::reference::RecurrentCell;
+    std::vector<Kind> defaults;
+    if (shape.cell == RecurrentCell::kGru) defaults = {Kind::kSigmoid, Kind::kTanh};
+    if (shape.cell == RecurrentCell::kLstm) defaults = {Kind::kSigmoid, Kind::kTanh, Kind::kTanh};
+    if (shape.cell == RecurrentCell::kRnn) defaults = {shape.activations.front().kind};
+    for (std::size_t i = 0; i < shape.activations.size(); ++i) {
+      if (shape.activations[i].kind != defaults[i % defaults.size()]) {
+        throw Unmapped{"activation functions oneDNN's cell does not take"};
+      }
+    }
+    switch (defaults.front()) {
+      case Kind::kTanh:
+        return algorithm::eltwise_tanh;
+      case Kind::kRelu:
+        return algorithm::eltwise_relu;
+      case Kind::kSigmoid:
+        return algorithm::eltwise_logistic;
+      default:
+        throw Unmapped{"an RNN activation oneDNN's vanilla RNN does not take"};
+    }
+  }
+
+  // W or R ([D, G*H, K]) with its G gate blocks in oneDNN's order.
+  static Tensor permute_gates(const Tensor& weights, const std::vector<int64_t>& onnx_gate,
+                              int64_t dirs, int64_t hidden) {
+    Tensor permuted = Tensor::zeros(DType::kFloat32, weights.shape());
+    const int64_t gates = static_cast<int64_t>(onnx_gate.size());
+    const int64_t block = hidden * weights.shape().back();  // one gate's rows
+    for (int64_t d = 0; d < dirs; ++d) {
+      for (int64_t g = 0; g < gates; ++g) {
+        std::memcpy(permuted.data<float>() + (d * gates + g) * block,
+                    weights.data<float>() + (d * gates + onnx_gate[g]) * block,
+                    static_cast<std::size_t>(block) * sizeof(float));
+      }
+    }
+    return permuted;
+  }
+
+  // oneDNN's bias [1, D, G, H] (ldgo) from ONNX's B [D, 2*G*H] (W's biases, then R's; nullptr:
+  // zeros): their sum per gate, except lbr_gru's, which has a fourth gate for Rb_h (added
+  // inside the reset gate's product) and Wb_h alone in the third.
+  static Tensor recurrent_bias(const float* b, const std::vector<int64_t>& onnx_gate, int64_t dirs,
+                               int64_t gates, int64_t hidden, bool lbr) {
+    const int64_t out_gates = lbr ? gates + 1 : gates;
+    Tensor bias = Tensor::zeros(DType::kFloat32, {1, dirs, out_gates, hidden});
+    if (b == nullptr) return bias;
+    float* out = bias.data<float>();
+    for (int64_t d = 0; d < dirs; ++d) {
+      const float* wb = b + d * 2 * gates * hidden;
+      const float* rb = wb + gates * hidden;
+      for (int64_t g = 0; g < gates; ++g) {
+        const int64_t from = onnx_gate[static_cast<std::size_t>(g)] * hidden;
+        const bool rb_apart = lbr && g == 2;
+        for (int64_t h = 0; h < hidden; ++h) {
+          out[(d * out_gates + g) * hidden + h] = wb[from + h] + (rb_apart ? 0.0f : rb[from + h]);
+        }
+      }
+      if (lbr)
+        std::memcpy(out + (d * out_gates + gates) * hidden, rb + 2 * hidden,
+                    static_cast<std::size_t>(hidden) * sizeof(float));
+    }
+    return bias;
   }
 
   bool map_layer_norm(const graph::Node& node) {
