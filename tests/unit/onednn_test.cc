@@ -291,15 +291,18 @@ TEST(OneDnnTest, ConvTransposeRunsAsDeconvolutionAndMatchesReference) {
 // RNN, GRU and LSTM map to oneDNN's recurrent primitives: both directions (Y reordered from the
 // primitive's [T, N, D*H]), reverse, LSTM's gate order (ONNX i, o, f, c), GRU with and without
 // linear_before_reset (its Rb_h a bias gate of its own), a vanilla RNN on Relu, with and without
-// bias and initial states, Y, Y_h and Y_c read or not. What the primitives cannot express runs
-// the reference op: clip, sequence_lens, layout 1, activations other than ONNX's defaults.
+// bias and initial states (LSTM: both, or h0 alone), Y, Y_h and Y_c read or not (LSTM: Y and Y_h
+// alone; oneDNN's LSTM takes both states or neither). What the primitives cannot express runs the
+// reference op: clip, sequence_lens, layout 1, activations other than ONNX's defaults.
 TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
   using Attrs = std::map<std::string, graph::AttrValue>;
   struct Case {
     const char* name;
     const char* op;
     Attrs attrs;
-    bool bias, initial_states, sequence_lens;
+    bool bias;
+    int initial_states;  // 0, 1 (h0) or 2 (h0 and c0)
+    bool sequence_lens;
     int outputs;  // Y, then Y_h, then Y_c
     bool onednn;  // expected to map
   };
@@ -309,45 +312,46 @@ TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
        "LSTM",
        {{"direction", std::string("bidirectional")}},
        true,
-       true,
+       2,
        false,
        3,
        true},
-      {"LSTM, Y only", "LSTM", {}, false, false, false, 1, true},
+      {"LSTM, Y only", "LSTM", {}, false, 0, false, 1, true},
+      {"LSTM, Y and Y_h, h0 only", "LSTM", {}, true, 1, false, 2, true},
       {"reverse LSTM, states only",
        "LSTM",
        {{"direction", std::string("reverse")}},
        true,
-       true,
+       2,
        false,
        3,
        true},
-      {"reverse GRU", "GRU", {{"direction", std::string("reverse")}}, true, true, false, 2, true},
+      {"reverse GRU", "GRU", {{"direction", std::string("reverse")}}, true, 2, false, 2, true},
       {"bidirectional GRU, linear_before_reset",
        "GRU",
        {{"direction", std::string("bidirectional")}, {"linear_before_reset", int64_t{1}}},
        true,
-       true,
+       2,
        false,
        2,
        true},
-      {"RNN on Relu", "RNN", {{"activations", Strings{"Relu"}}}, true, false, false, 2, true},
+      {"RNN on Relu", "RNN", {{"activations", Strings{"Relu"}}}, true, 0, false, 2, true},
       {"bidirectional RNN",
        "RNN",
        {{"direction", std::string("bidirectional")}},
        false,
-       true,
+       2,
        false,
        1,
        true},
-      {"LSTM with clip", "LSTM", {{"clip", 0.5f}}, true, false, false, 1, false},
-      {"GRU with sequence_lens", "GRU", {}, true, false, true, 1, false},
-      {"GRU, layout 1", "GRU", {{"layout", int64_t{1}}}, true, true, false, 2, false},
+      {"LSTM with clip", "LSTM", {{"clip", 0.5f}}, true, 0, false, 1, false},
+      {"GRU with sequence_lens", "GRU", {}, true, 0, true, 1, false},
+      {"GRU, layout 1", "GRU", {{"layout", int64_t{1}}}, true, 2, false, 2, false},
       {"RNN, two activations",
        "RNN",
        {{"direction", std::string("bidirectional")}, {"activations", Strings{"Tanh", "Relu"}}},
        true,
-       false,
+       0,
        false,
        1,
        false},
@@ -380,10 +384,10 @@ TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
       for (int64_t i = 0; i < batch; ++i) lens.data<int32_t>()[i] = static_cast<int32_t>(i + 3);
       feed["lens"] = lens;
     }
-    if (c.initial_states) {
+    if (c.initial_states > 0) {
       inputs.push_back(b.input("h0", state_dims));
       feed["h0"] = random_tensor(state_dims, 15);
-      if (op == "LSTM") {
+      if (op == "LSTM" && c.initial_states == 2) {
         inputs.push_back(b.input("c0", state_dims));
         feed["c0"] = random_tensor(state_dims, 16);
       }

@@ -988,10 +988,13 @@ class OneDnnExecutor final : public Executor {
       r_md = pd.weights_iter_desc();
       step.primitive = std::move(primitive);
     };
+    // oneDNN's LSTM takes both states or neither, in and out: a missing initial state is zeros,
+    // a missing output state goes to a buffer of its own.
+    const bool src_states = initial_h >= 0 || initial_c >= 0, dst_states = y_h >= 0 || y_c >= 0;
     if (lstm) {
-      const dnnl::lstm_forward::desc desc(prop, direction, src_layer, state_if(initial_h >= 0),
-                                          state_if(initial_c >= 0), w_any, r_any, bias_md,
-                                          dst_layer, state_if(y_h >= 0), state_if(y_c >= 0));
+      const dnnl::lstm_forward::desc desc(prop, direction, src_layer, state_if(src_states),
+                                          state_if(src_states), w_any, r_any, bias_md, dst_layer,
+                                          state_if(dst_states), state_if(dst_states));
       const dnnl::lstm_forward::primitive_desc pd(desc, engine_);
       take(pd, dnnl::lstm_forward(pd));
     } else if (lbr) {
@@ -1017,15 +1020,22 @@ class OneDnnExecutor final : public Executor {
         make_memory(constant_in_layout(r_gates, ldgoi(hidden), r_md), r_md);
     step.args[DNNL_ARG_BIAS] = make_memory(constant_in_layout(bias, bias_md, bias_md), bias_md);
     step.args[DNNL_ARG_SRC_LAYER] = make_memory(in_plain_layout(x), src_layer);
-    if (initial_h >= 0)
-      step.args[DNNL_ARG_SRC_ITER] = make_memory(in_plain_layout(initial_h), state_md);
-    if (initial_c >= 0) {
-      step.args[DNNL_ARG_SRC_ITER_C] = make_memory(in_plain_layout(initial_c), state_md);
+    for (const auto& [v, arg] :
+         {std::pair{initial_h, DNNL_ARG_SRC_ITER}, {initial_c, DNNL_ARG_SRC_ITER_C}}) {
+      if (v >= 0) {
+        step.args[arg] = make_memory(in_plain_layout(v), state_md);
+      } else if (lstm && src_states) {
+        const Tensor zeros = Tensor::zeros(DType::kFloat32, state_dims);
+        step.args[arg] = make_memory(constant_in_layout(zeros, state_md, state_md), state_md);
+      }
     }
     for (const auto& [v, arg] : {std::pair{y_h, DNNL_ARG_DST_ITER}, {y_c, DNNL_ARG_DST_ITER_C}}) {
-      if (v < 0) continue;
-      define(v, plain_md(dims_of(v)));
-      step.args[arg] = make_memory(slot(v).buffer, state_md);
+      if (v >= 0) {
+        define(v, plain_md(dims_of(v)));
+        step.args[arg] = make_memory(slot(v).buffer, state_md);
+      } else if (lstm && dst_states) {
+        step.args[arg] = make_memory(new_buffer(state_md.get_size(), -1), state_md);
+      }
     }
     // Y [T, D, N, H] is the primitive's [T, N, D*H] when D = 1; with two directions, the
     // primitive writes [T, N, D, H] to a buffer of its own, reordered into Y after it.
