@@ -957,8 +957,11 @@ class OneDnnExecutor final : public Executor {
     std::vector<int64_t> onnx_gate(static_cast<std::size_t>(gates));
     std::iota(onnx_gate.begin(), onnx_gate.end(), 0);
     if (lstm) onnx_gate = {0, 2, 3, 1};
-    const Tensor w_gates = permute_gates(*value(w).constant, onnx_gate, dirs, hidden);
-    const Tensor r_gates = permute_gates(*value(r).constant, onnx_gate, dirs, hidden);
+    // (GRU's and RNN's are already in order: their constants are used as they are.)
+    const Tensor& w_onnx = *value(w).constant;
+    const Tensor& r_onnx = *value(r).constant;
+    const Tensor w_gates = lstm ? permute_gates(w_onnx, onnx_gate, dirs, hidden) : w_onnx;
+    const Tensor r_gates = lstm ? permute_gates(r_onnx, onnx_gate, dirs, hidden) : r_onnx;
     const Tensor bias = recurrent_bias(b >= 0 ? value(b).constant->data<float>() : nullptr,
                                        onnx_gate, dirs, gates, hidden, lbr);
 
