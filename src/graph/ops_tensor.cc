@@ -1284,4 +1284,37 @@ Tensor constant_value(const InferContext& ctx) {
   return make(v, {static_cast<int64_t>(v.size())});
 }
 
+EinsumProduct einsum_product(const EinsumSpec& spec) {
+  enum Role { kBatch, kM, kN, kK };
+  const bool two = spec.input_strides.size() == 2;
+  std::vector<std::pair<Role, std::size_t>> labels;  // in spec order, grouped by role below
+  for (std::size_t l = 0; l < spec.sizes.size(); ++l) {
+    const int64_t a = spec.input_strides[0][l], b = two ? spec.input_strides[1][l] : 0;
+    const Role role = spec.output_strides[l] == 0 && spec.sizes[l] != 1 ? kK
+                      : a != 0 && b != 0                                ? kBatch
+                      : b != 0                                          ? kN
+                                                                        : kM;
+    labels.emplace_back(role, l);
+  }
+  EinsumProduct p;
+  auto add = [&](Role role, std::vector<int64_t>& shape, std::vector<int64_t>& strides,
+                 const std::vector<int64_t>* from) {
+    for (const auto& [r, l] : labels) {
+      if (r != role) continue;
+      shape.push_back(spec.sizes[l]);
+      strides.push_back(from != nullptr ? (*from)[l] : 0);
+    }
+  };
+  const std::vector<int64_t>* a = &spec.input_strides[0];
+  const std::vector<int64_t>* b = two ? &spec.input_strides[1] : nullptr;
+  for (Role role : {kBatch, kM, kK}) add(role, p.a_shape, p.a_strides, a);
+  for (Role role : {kBatch, kK, kN}) add(role, p.b_shape, p.b_strides, b);
+  for (Role role : {kBatch, kM, kN}) add(role, p.c_shape, p.c_strides, &spec.output_strides);
+  for (const auto& [r, l] : labels) {
+    int64_t& size = r == kBatch ? p.batch : r == kM ? p.m : r == kN ? p.n : p.k;
+    size *= spec.sizes[l];
+  }
+  return p;
+}
+
 }  // namespace sparsecol::graph

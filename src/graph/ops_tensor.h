@@ -59,6 +59,21 @@ struct EinsumSpec {
 EinsumSpec resolve_einsum(const InferContext& ctx, const std::string& equation,
                           const std::vector<std::vector<int64_t>>& shapes);
 
+// How an Einsum of one or two operands runs as a batched GEMM (the layerwise schedule's
+// kernels, the onednn schedule's matmul): which role each label of a resolved Einsum plays in
+// C[batch][M][N] = A[batch][M][K] * B[batch][K][N], and each operand's strides along the labels
+// in that order. A label that the output keeps is a batch label where both operands vary along
+// it, else an M (A's) or N (B's) label; every summed label is a K label, including one that only
+// one operand has (the other's stride 0 repeats it along K, so the product sums that operand over
+// it). A single operand is A, with B a virtual 1.0 of stride 0 everywhere.
+struct EinsumProduct {
+  std::vector<int64_t> a_shape, a_strides;  // [batch..., M..., K...]
+  std::vector<int64_t> b_shape, b_strides;  // [batch..., K..., N...]
+  std::vector<int64_t> c_shape, c_strides;  // [batch..., M..., N...], into the output
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+};
+EinsumProduct einsum_product(const EinsumSpec& spec);
+
 // ScatterElements: the element offset into data of every element of indices, its
 // own position with the coordinate along `axis` replaced by its value ([-dim, dim), negative
 // counting from the end; `code` as for resolve_indices). indices has data's rank and is no longer

@@ -414,6 +414,46 @@ TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
   }
 }
 
+TEST(OneDnnTest, EinsumRunsAsOneDnnMatmulOrTheReferenceAndMatchesIt) {
+  struct Case {
+    const char* equation;
+    std::vector<int64_t> a, b;
+    bool b_constant;
+    bool onednn;  // expected to map
+  };
+  const Case cases[] = {
+      {"bij,bjk->bik", {2, 3, 4}, {2, 4, 5}, false, true},           // as it is
+      {"bji,bjk->bik", {2, 4, 3}, {2, 4, 5}, false, true},           // A gathered
+      {"bhqd,bhkd->bhqk", {2, 3, 5, 4}, {2, 3, 6, 4}, true, true},   // B gathered
+      {"ij,jk->ki", {3, 4}, {4, 5}, false, true},                    // product reordered
+      {"...ij,...jk->...ik", {2, 1, 3, 4}, {3, 4, 5}, false, true},  // broadcast batch
+      {"ij,j->i", {3, 4}, {4}, true, true},                          // matrix x vector
+      {"ij,kl->ijkl", {2, 3}, {4, 5}, false, true},                  // outer product
+      {"ii,ij->ij", {4, 4}, {4, 3}, false, true},                    // a diagonal
+      {"ij,k->i", {3, 4}, {5}, false, false},                        // each sums a label of its own
+      {"i,i->", {4}, {4}, false, false},                             // a scalar output
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.equation);
+    GraphBuilder b;
+    NamedTensors feed = {{"a", random_tensor(c.a, 21)}};
+    const int a = b.input("a", c.a);
+    int operand_b;
+    if (c.b_constant) {
+      operand_b = b.constant("b", random_tensor(c.b, 22));
+    } else {
+      operand_b = b.input("b", c.b);
+      feed["b"] = random_tensor(c.b, 22);
+    }
+    const int y = b.node("Einsum", {a, operand_b}, {{"equation", std::string(c.equation)}});
+    const graph::Graph g = b.finish({y});
+    expect_matches_reference(g, feed);
+    const auto layers = runtime::make_onednn_executor(specialized(g, feed), 2)->layers();
+    ASSERT_EQ(layers.size(), 1u);
+    EXPECT_EQ(layers[0].implementation, c.onednn ? "onednn" : "reference");
+  }
+}
+
 TEST(OneDnnTest, ResultsDoNotDependOnThreadCount) {
   GraphBuilder b;
   const int x = b.input("x", {1, 16, 12, 12});

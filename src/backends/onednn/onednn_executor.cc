@@ -37,6 +37,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "graph/op_params.h"
+#include "graph/ops_tensor.h"
 #include "runtime/epilogue.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_bindings.h"
@@ -479,6 +480,7 @@ class OneDnnExecutor final : public Executor {
     if (op == "Conv") return map_conv(node);
     if (op == "ConvTranspose") return map_conv_transpose(node);
     if (op == "MatMul" || op == "Gemm") return map_matmul(node);
+    if (op == "Einsum") return map_einsum(node);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool") {
       return map_pool(node);
@@ -834,6 +836,67 @@ class OneDnnExecutor final : public Executor {
     const int out = node.outputs[0];
     slot(out).md = plain_md(dims_of(out));
     return push(std::move(step));
+  }
+
+  // An Einsum of two operands as one batched matmul, [batch, M, K] x [batch, K, N] ->
+  // [batch, M, N] (graph::einsum_product): an operand whose labels are not in that order is
+  // gathered into it by a reorder first, and a product whose labels are not in the output's order
+  // is reordered into the output.
+  bool map_einsum(const graph::Node& node) {
+    if (!all_in_dnnl(node) || !node.epilogue.empty()) return false;
+    if (node.inputs.size() != 2) throw Unmapped{"not two operands (no product for matmul)"};
+    const int out = node.outputs[0];
+    for (int v : {node.input(0), node.input(1), out}) {
+      if (slot(v).shape.empty()) throw Unmapped{"a scalar operand or output"};
+    }
+    const graph::EinsumProduct p = graph::einsum_product(
+        graph::resolve_einsum(graph::InferContext(graph_, node), node.attr_string("equation", ""),
+                              {slot(node.input(0)).shape, slot(node.input(1)).shape}));
+    if (p.batch * p.m * p.n == 0) throw Unmapped{"empty tensor"};
+    // The buffer holding operand `v` as a dense [shape] block.
+    auto gathered = [&](int v, const std::vector<int64_t>& shape,
+                        const std::vector<int64_t>& strides) {
+      const memory::desc md = strided_md(shape, strides);
+      const memory::desc dense = plain_md(md.dims());
+      if (md == dense) return in_plain_layout(v);
+      const int b = new_buffer(dense.get_size(), -1);
+      add_reorder(in_plain_layout(v), md, b, dense);
+      return b;
+    };
+    const int a = gathered(node.input(0), p.a_shape, p.a_strides);
+    const int b = gathered(node.input(1), p.b_shape, p.b_strides);
+    const memory::desc c_md = strided_md(p.c_shape, p.c_strides);
+    const memory::desc c_dense = plain_md(c_md.dims());
+    define(out, plain_md(dims_of(out)));
+    const int c = c_md == c_dense ? slot(out).buffer : new_buffer(c_dense.get_size(), -1);
+    const memory::desc a_md = plain_md({p.batch, p.m, p.k}), b_md = plain_md({p.batch, p.k, p.n}),
+                       product_md = plain_md({p.batch, p.m, p.n});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, product_md), engine_);
+    Step step;
+    step.primitive = dnnl::matmul(pd);
+    step.args[DNNL_ARG_SRC] = make_memory(a, a_md);
+    step.args[DNNL_ARG_WEIGHTS] = make_memory(b, b_md);
+    step.args[DNNL_ARG_DST] = make_memory(c, product_md);
+    push(std::move(step));
+    if (c != slot(out).buffer) add_reorder(c, c_dense, slot(out).buffer, c_md);
+    return true;
+  }
+
+  // `shape` read through element `strides`, its size-1 dimensions left out (their strides do not
+  // matter, and oneDNN checks them).
+  static memory::desc strided_md(const std::vector<int64_t>& shape,
+                                 const std::vector<int64_t>& strides) {
+    Dims dims, steps;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 1) continue;
+      // An operand repeated along a label only the other one has and the product sums over.
+      if (strides[i] == 0) throw Unmapped{"a label summed in one operand only (a stride-0 read)"};
+      dims.push_back(shape[i]);
+      steps.push_back(strides[i]);
+    }
+    if (dims.size() > DNNL_MAX_NDIMS) throw Unmapped{"more labels than oneDNN's dimensions"};
+    if (dims.empty()) return plain_md({1});
+    return memory::desc(dims, memory::data_type::f32, steps);
   }
 
   bool push(Step step) {

@@ -850,55 +850,9 @@ std::unique_ptr<Step> make_recurrent(const graph::Graph& graph, const graph::Nod
 
 // ---- Einsum of one or two float operands: gathers, a batched GEMM, a scatter ----
 
-// Which role each label of a resolved Einsum plays in C[batch][M][N] = A[batch][M][K] *
-// B[batch][K][N], and each operand's strides along the labels in that order. A label that the
-// output keeps is a batch label where both operands vary along it, else an M (A's) or N (B's)
-// label; every summed label is a K label, including one that only one operand has (the other's
-// stride 0 repeats it along K, so the product sums that operand over it). A single operand is
-// A, with B a virtual 1.0 of stride 0 everywhere.
-struct EinsumProduct {
-  std::vector<int64_t> a_shape, a_strides;  // [batch..., M..., K...]
-  std::vector<int64_t> b_shape, b_strides;  // [batch..., K..., N...]
-  std::vector<int64_t> c_shape, c_strides;  // [batch..., M..., N...], into the output
-  int64_t batch = 1, m = 1, n = 1, k = 1;
-};
-
-EinsumProduct einsum_product(const graph::EinsumSpec& spec) {
-  enum Role { kBatch, kM, kN, kK };
-  const bool two = spec.input_strides.size() == 2;
-  std::vector<std::pair<Role, std::size_t>> labels;  // in spec order, grouped by role below
-  for (std::size_t l = 0; l < spec.sizes.size(); ++l) {
-    const int64_t a = spec.input_strides[0][l], b = two ? spec.input_strides[1][l] : 0;
-    const Role role = spec.output_strides[l] == 0 && spec.sizes[l] != 1 ? kK
-                      : a != 0 && b != 0                                ? kBatch
-                      : b != 0                                          ? kN
-                                                                        : kM;
-    labels.emplace_back(role, l);
-  }
-  EinsumProduct p;
-  auto add = [&](Role role, std::vector<int64_t>& shape, std::vector<int64_t>& strides,
-                 const std::vector<int64_t>* from) {
-    for (const auto& [r, l] : labels) {
-      if (r != role) continue;
-      shape.push_back(spec.sizes[l]);
-      strides.push_back(from != nullptr ? (*from)[l] : 0);
-    }
-  };
-  const std::vector<int64_t>* a = &spec.input_strides[0];
-  const std::vector<int64_t>* b = two ? &spec.input_strides[1] : nullptr;
-  for (Role role : {kBatch, kM, kK}) add(role, p.a_shape, p.a_strides, a);
-  for (Role role : {kBatch, kK, kN}) add(role, p.b_shape, p.b_strides, b);
-  for (Role role : {kBatch, kM, kN}) add(role, p.c_shape, p.c_strides, &spec.output_strides);
-  for (const auto& [r, l] : labels) {
-    int64_t& size = r == kBatch ? p.batch : r == kM ? p.m : r == kN ? p.n : p.k;
-    size *= spec.sizes[l];
-  }
-  return p;
-}
-
 class EinsumStep final : public FastStep {
  public:
-  EinsumStep(const graph::Graph& graph, const graph::Node& node, EinsumProduct product)
+  EinsumStep(const graph::Graph& graph, const graph::Node& node, graph::EinsumProduct product)
       : FastStep(graph, node,
                  fmt::format("einsum gemm/{}", kernels::to_string(kernels::active_isa()))),
         p_(std::move(product)) {}
@@ -945,7 +899,7 @@ class EinsumStep final : public FastStep {
     return dst;
   }
 
-  EinsumProduct p_;
+  graph::EinsumProduct p_;
   std::vector<float> a_, b_, c_;  // gathered operands and the product, where copies are needed
 };
 
@@ -962,7 +916,7 @@ std::unique_ptr<Step> make_einsum(const graph::Graph& graph, const graph::Node& 
   }
   const graph::EinsumSpec spec = graph::resolve_einsum(graph::InferContext(graph, node),
                                                        node.attr_string("equation", ""), shapes);
-  return std::make_unique<EinsumStep>(graph, node, einsum_product(spec));
+  return std::make_unique<EinsumStep>(graph, node, graph::einsum_product(spec));
 }
 
 // ---- Row-wise ops: softmax and layer normalization over the last axis ----
