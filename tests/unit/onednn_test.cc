@@ -293,7 +293,8 @@ TEST(OneDnnTest, ConvTransposeRunsAsDeconvolutionAndMatchesReference) {
 // linear_before_reset (its Rb_h a bias gate of its own), a vanilla RNN on Relu, with and without
 // bias and initial states (LSTM: both, or h0 alone), Y, Y_h and Y_c read or not (LSTM: Y and Y_h
 // alone; oneDNN's LSTM takes both states or neither). What the primitives cannot express runs the
-// reference op: clip, sequence_lens, layout 1, activations other than ONNX's defaults.
+// reference op: clip, sequence_lens shorter than the sequence, layout 1, activations other than
+// ONNX's defaults. LSTM's peepholes (ONNX's i, o, f; oneDNN's i, f, o) map.
 TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
   using Attrs = std::map<std::string, graph::AttrValue>;
   struct Case {
@@ -302,9 +303,10 @@ TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
     Attrs attrs;
     bool bias;
     int initial_states;  // 0, 1 (h0) or 2 (h0 and c0)
-    bool sequence_lens;
-    int outputs;  // Y, then Y_h, then Y_c
-    bool onednn;  // expected to map
+    int sequence_lens;   // 0: none; 1: an input, 3, 4 and 5 of 5 steps; 2: a constant, all 5
+    int outputs;         // Y, then Y_h, then Y_c
+    bool onednn;         // expected to map
+    bool peepholes = false;
   };
   using Strings = std::vector<std::string>;
   const Case cases[] = {
@@ -313,46 +315,57 @@ TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
        {{"direction", std::string("bidirectional")}},
        true,
        2,
-       false,
+       0,
        3,
        true},
-      {"LSTM, Y only", "LSTM", {}, false, 0, false, 1, true},
-      {"LSTM, Y and Y_h, h0 only", "LSTM", {}, true, 1, false, 2, true},
+      {"LSTM, Y only", "LSTM", {}, false, 0, 0, 1, true},
+      {"LSTM, Y and Y_h, h0 only", "LSTM", {}, true, 1, 0, 2, true},
       {"reverse LSTM, states only",
        "LSTM",
        {{"direction", std::string("reverse")}},
        true,
        2,
-       false,
+       0,
        3,
        true},
-      {"reverse GRU", "GRU", {{"direction", std::string("reverse")}}, true, 2, false, 2, true},
+      {"reverse GRU", "GRU", {{"direction", std::string("reverse")}}, true, 2, 0, 2, true},
       {"bidirectional GRU, linear_before_reset",
        "GRU",
        {{"direction", std::string("bidirectional")}, {"linear_before_reset", int64_t{1}}},
        true,
        2,
-       false,
+       0,
        2,
        true},
-      {"RNN on Relu", "RNN", {{"activations", Strings{"Relu"}}}, true, 0, false, 2, true},
+      {"RNN on Relu", "RNN", {{"activations", Strings{"Relu"}}}, true, 0, 0, 2, true},
       {"bidirectional RNN",
        "RNN",
        {{"direction", std::string("bidirectional")}},
        false,
        2,
-       false,
+       0,
        1,
        true},
-      {"LSTM with clip", "LSTM", {{"clip", 0.5f}}, true, 0, false, 1, false},
-      {"GRU with sequence_lens", "GRU", {}, true, 0, true, 1, false},
-      {"GRU, layout 1", "GRU", {{"layout", int64_t{1}}}, true, 2, false, 2, false},
+      {"bidirectional LSTM with peepholes",
+       "LSTM",
+       {{"direction", std::string("bidirectional")}},
+       true,
+       2,
+       0,
+       3,
+       true,
+       true},
+      {"LSTM with peepholes, no states", "LSTM", {}, false, 0, 0, 1, true, true},
+      {"LSTM with clip", "LSTM", {{"clip", 0.5f}}, true, 0, 0, 1, false},
+      {"GRU with sequence_lens", "GRU", {}, true, 0, 1, 1, false},
+      {"GRU with constant full sequence_lens", "GRU", {}, true, 0, 2, 1, true},
+      {"GRU, layout 1", "GRU", {{"layout", int64_t{1}}}, true, 2, 0, 2, false},
       {"RNN, two activations",
        "RNN",
        {{"direction", std::string("bidirectional")}, {"activations", Strings{"Tanh", "Relu"}}},
        true,
        0,
-       false,
+       0,
        1,
        false},
   };
@@ -378,11 +391,18 @@ TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
         b.constant("w", random_tensor({dirs, gates * hidden, in}, 12, -0.5f, 0.5f)),
         b.constant("r", random_tensor({dirs, gates * hidden, hidden}, 13, -0.5f, 0.5f)),
         c.bias ? b.constant("b", random_tensor({dirs, 2 * gates * hidden}, 14, -0.5f, 0.5f)) : -1,
-        c.sequence_lens ? b.input("lens", {batch}) : -1};
-    if (c.sequence_lens) {
+        -1};
+    if (c.sequence_lens != 0) {
       Tensor lens = Tensor::zeros(DType::kInt32, {batch});
-      for (int64_t i = 0; i < batch; ++i) lens.data<int32_t>()[i] = static_cast<int32_t>(i + 3);
-      feed["lens"] = lens;
+      for (int64_t i = 0; i < batch; ++i) {
+        lens.data<int32_t>()[i] = static_cast<int32_t>(c.sequence_lens == 1 ? i + 3 : steps);
+      }
+      if (c.sequence_lens == 1) {
+        inputs[4] = b.input("lens", {batch});
+        feed["lens"] = lens;
+      } else {
+        inputs[4] = b.constant("lens", lens);
+      }
     }
     if (c.initial_states > 0) {
       inputs.push_back(b.input("h0", state_dims));
@@ -392,11 +412,15 @@ TEST(OneDnnTest, RecurrentOpsRunAsOneDnnPrimitivesOrTheReferenceAndMatchIt) {
         feed["c0"] = random_tensor(state_dims, 16);
       }
     }
+    if (c.peepholes) {
+      inputs.resize(7, -1);  // P is input 7
+      inputs.push_back(b.constant("p", random_tensor({dirs, 3 * hidden}, 17, -0.5f, 0.5f)));
+    }
     Attrs attrs = c.attrs;
     attrs["hidden_size"] = hidden;
     const int y = b.node(op, inputs, attrs);
     graph::Graph g = b.finish({y});
-    if (c.sequence_lens) g.values[static_cast<std::size_t>(inputs[4])].dtype = DType::kInt32;
+    if (c.sequence_lens == 1) g.values[static_cast<std::size_t>(inputs[4])].dtype = DType::kInt32;
     graph::Node& node = g.nodes.back();
     for (int i = 1; i < c.outputs; ++i) {
       node.outputs.push_back(g.add_value(

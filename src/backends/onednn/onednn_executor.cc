@@ -983,9 +983,10 @@ class OneDnnExecutor final : public Executor {
 
   // RNN, GRU and LSTM as oneDNN's vanilla_rnn, gru / lbr_gru and lstm primitives (one layer,
   // ONNX's direction). What those primitives cannot express goes to the reference op:
-  // sequence_lens (they run every sequence to the end), clip, input_forget, peepholes, layout 1
-  // (batch first), and activation functions other than ONNX's defaults (a vanilla RNN may take
-  // Tanh, Relu or Sigmoid, the same for both directions).
+  // sequence_lens shorter than the sequence (they run every sequence to the end), clip,
+  // input_forget, computed peepholes, layout 1 (batch first), and activation functions other
+  // than ONNX's defaults (a vanilla RNN may take Tanh, Relu or Sigmoid, the same for both
+  // directions).
   bool map_recurrent(const graph::Node& node) {
     namespace ref = kernels::reference;
     std::vector<std::optional<std::vector<int64_t>>> shapes;
@@ -995,8 +996,10 @@ class OneDnnExecutor final : public Executor {
     const ref::RecurrentShape shape = bind_recurrent(graph_, node, shapes).shape;
     const int x = node.input(0), w = node.input(1), r = node.input(2), b = node.input(3);
     const int initial_h = node.input(5), initial_c = node.input(6), peepholes = node.input(7);
-    if (node.input(4) >= 0) throw Unmapped{"sequence_lens (oneDNN runs every sequence whole)"};
-    if (peepholes >= 0) throw Unmapped{"peepholes"};
+    if (node.input(4) >= 0 && !full_lengths(node.input(4), shape.seq_length)) {
+      throw Unmapped{"sequence_lens shorter than the sequence (oneDNN runs every sequence whole)"};
+    }
+    if (peepholes >= 0 && !is_constant(peepholes)) throw Unmapped{"peepholes are not constant"};
     if (shape.clip > 0.0f || shape.input_forget) throw Unmapped{"clip or input_forget"};
     if (shape.batch_major) throw Unmapped{"layout 1 (batch first)"};
     if (!is_constant(w) || !is_constant(r) || (b >= 0 && !is_constant(b))) {
@@ -1027,6 +1030,14 @@ class OneDnnExecutor final : public Executor {
     const Tensor r_gates = lstm ? permute_gates(r_onnx, onnx_gate, dirs, hidden) : r_onnx;
     const Tensor bias = recurrent_bias(b >= 0 ? value(b).constant->data<float>() : nullptr,
                                        onnx_gate, dirs, gates, hidden, lbr);
+    // LSTM's peepholes [D, 3*H]: ONNX's i, o, f as oneDNN's i, f, o ([1, D, 3, H], ldgo).
+    const memory::desc peephole_md =
+        peepholes >= 0 ? plain_md({1, dirs, 3, hidden}) : memory::desc();
+    const Tensor peephole_gates =
+        peepholes >= 0 ? permute_gates(value(peepholes).constant->reshaped({dirs, 3 * hidden, 1}),
+                                       {0, 2, 1}, dirs, hidden)
+                             .reshaped({1, dirs, 3, hidden})
+                       : Tensor();
 
     // ONNX's W [D, G*H, I] and R [D, G*H, H] are oneDNN's ldgoi (logical dims l, d, i, g, o).
     auto ldgoi = [&](int64_t rows) {
@@ -1059,8 +1070,8 @@ class OneDnnExecutor final : public Executor {
     const bool src_states = initial_h >= 0 || initial_c >= 0, dst_states = y_h >= 0 || y_c >= 0;
     if (lstm) {
       const dnnl::lstm_forward::desc desc(prop, direction, src_layer, state_if(src_states),
-                                          state_if(src_states), w_any, r_any, bias_md, dst_layer,
-                                          state_if(dst_states), state_if(dst_states));
+                                          state_if(src_states), w_any, r_any, peephole_md, bias_md,
+                                          dst_layer, state_if(dst_states), state_if(dst_states));
       const dnnl::lstm_forward::primitive_desc pd(desc, engine_);
       take(pd, dnnl::lstm_forward(pd));
     } else if (lbr) {
@@ -1085,6 +1096,10 @@ class OneDnnExecutor final : public Executor {
     step.args[DNNL_ARG_WEIGHTS_ITER] =
         make_memory(constant_in_layout(r_gates, ldgoi(hidden), r_md), r_md);
     step.args[DNNL_ARG_BIAS] = make_memory(constant_in_layout(bias, bias_md, bias_md), bias_md);
+    if (peepholes >= 0) {
+      step.args[DNNL_ARG_WEIGHTS_PEEPHOLE] =
+          make_memory(constant_in_layout(peephole_gates, peephole_md, peephole_md), peephole_md);
+    }
     step.args[DNNL_ARG_SRC_LAYER] = make_memory(in_plain_layout(x), src_layer);
     for (const auto& [v, arg] :
          {std::pair{initial_h, DNNL_ARG_SRC_ITER}, {initial_c, DNNL_ARG_SRC_ITER_C}}) {
@@ -1120,6 +1135,15 @@ class OneDnnExecutor final : public Executor {
       add_reorder(concat, as_y, slot(y).buffer, slot(y).md);
     }
     return true;
+  }
+
+  // Whether sequence_lens `id` is a constant of every sequence at its full length `steps` (as
+  // exporters write it for a padded batch): the same as no sequence_lens.
+  bool full_lengths(int id, int64_t steps) const {
+    if (!is_constant(id) || value(id).constant->dtype() != DType::kInt32) return false;
+    const Tensor& lens = *value(id).constant;
+    return std::all_of(lens.data<int32_t>(), lens.data<int32_t>() + lens.numel(),
+                       [&](int32_t n) { return n == steps; });
   }
 
   // Output `i` of the node, or -1 when it is absent.
