@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdint>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <ostream>
 #include <random>
 #include <string>
@@ -25,6 +25,7 @@
 #include "f32-conv/conv_transpose.h"
 #include "f32-dwconv/dwconv.h"
 #include "f32-gemm/gemm.h"
+#include "f32-gemm/ukernels.h"
 #include "f32-spmm/spmm.h"
 #include "per_isa_test.h"
 #include "reference/conv.h"
@@ -270,25 +271,31 @@ TEST(ConvTest, MayOverwriteTheResidualOnlyWhereEachOutputIsWrittenOnce) {
   // code (AVX-512, spmm_jit.h) runs it in one.
   const bool jit = kernels::active_isa() == kernels::Isa::kAvx512;
   EXPECT_EQ(may({"", 2048, 16, 8, 8, 1, 1, 0, 1, 1}, 0.5, 0.4), jit);
-  // Without that code, ResNet-50's 256 -> 1024 at 90% on 14x14 planes: 240 input channels a
-  // block would keep the 24 non-zeros a row the blocks need, more than L1 holds of a kernel's
-  // tile of pixels, so one block where the whole tile of B (channels x tile floats) fits a
-  // quarter of L2 (conv.cc, pack_sparse). On a 1 MiB L2 (the machines of docs/BENCHMARKS.md) and
-  // AVX2's tile of 64 pixels, both take one block.
-  const int64_t quarter_l2 = kernels::core_caches().l2 / 4;
+  // Without that code, ResNet-50's 256 -> 1024 at 90% on 14x14 planes (conv.cc, pack_sparse): a
+  // block holds as many channels as the L1 budget (max(L1 / 2, L1 - 16 KiB) of B) holds of a
+  // kernel's tile of pixels, and at least the 240 that keep the 24 non-zeros a row the blocks
+  // need. Where the 240 are more than the L1 budget holds anyway and the whole tile of B
+  // (channels x tile floats) fits a quarter of L2, the layer takes one block. On a 32 KiB L1 and
+  // AVX2's tile of 64 pixels: 64 channels fit, so 256 channels and 1024 channels (on a 1 MiB L2)
+  // take one block; on a 48 KiB L1 and the portable tile of 32 pixels 256 fit: 256 channels in
+  // one block, 1024 in four.
+  const kernels::CoreCaches& caches = kernels::core_caches();
+  const int64_t l1_budget_floats = std::max(caches.l1d / 2, caches.l1d - 16 * 1024) / 4;
+  auto one_block = [&](int64_t channels, int64_t tile) {
+    const int64_t fit = l1_budget_floats / tile;
+    return channels <= std::max<int64_t>(240, fit) ||
+           (fit < 240 && caches.l2 / 4 >= channels * tile * 4);
+  };
   for (const kernels::Isa isa : {kernels::Isa::kPortable, kernels::Isa::kAvx2}) {
     if (!kernels::isa_available(isa)) continue;
     SCOPED_TRACE(to_string(isa));
     const int64_t tile = kernels::default_spmm_ukernel(isa).tile;
     EXPECT_FALSE(may({"", 2048, 16, 8, 8, 1, 1, 0, 1, 1}, 0.5, 0.4, isa));
-    EXPECT_EQ(may({"", 256, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5, isa),
-              quarter_l2 >= 256 * tile * 4);
-    EXPECT_EQ(may({"", 1024, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5, isa),
-              quarter_l2 >= 1024 * tile * 4);
+    EXPECT_EQ(may({"", 256, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5, isa), one_block(256, tile));
+    EXPECT_EQ(may({"", 1024, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5, isa), one_block(1024, tile));
   }
   const int64_t tile = kernels::default_spmm_ukernel(kernels::active_isa()).tile;
-  EXPECT_EQ(may({"", 1024, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5),
-            jit || quarter_l2 >= 1024 * tile * 4);
+  EXPECT_EQ(may({"", 1024, 64, 14, 14, 1, 1, 0, 1, 1}, 0.9, 0.5), jit || one_block(1024, tile));
 }
 
 TEST(ConvTest, RefusesInvalidGeometry) {
@@ -911,8 +918,10 @@ TEST(ConvTransposeTest, RefusesChannelRangesOffItsGranuleAndBadGeometries) {
   const kernels::PackedConvTranspose conv(g, weight.data(), nullptr, kernels::kAlwaysDense);
   std::vector<float> src(8 * 16), dst(6 * 64), scratch;
   const int64_t granule = conv.channel_granule();
-  // 9 taps: panels of 6 rows (AVX2, AVX-512) need 2 channels, panels of 4 (portable) 4.
-  ASSERT_EQ(granule, conv.implementation().ends_with("/portable") ? 4 : 2) << conv.implementation();
+  // 9 taps: the fewest channels whose taps fill whole panels of the GEMM's rows: panels of 6
+  // (AVX2) need 2 channels, of 8 (AVX-512) 8, of 4 (portable) 4.
+  const int64_t panel = kernels::default_gemm_ukernel(kernels::active_isa()).mr;
+  ASSERT_EQ(granule, panel / std::gcd(panel, int64_t{9})) << conv.implementation();
   test::expect_error(
       [&] { kernels::conv_transpose2d_image(conv, src.data(), dst.data(), 1, 6, scratch); },
       ErrorCode::kInvalidArgument, {"[1, 6)", fmt::format("steps of {}", granule)});
