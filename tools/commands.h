@@ -76,6 +76,7 @@ struct EngineTuning {
   double sparse_threshold = -1.0;  // Options::sparse_threshold; negative: the measured default
   int64_t cache_budget_kib = 0;    // Options::cache_budget_bytes / 1024; 0: 3/4 of the machine's L2
   int tile_rows = 0;               // Options::tile_rows; 0: chosen per column
+  int64_t shared_cache_kib = 0;    // Options::shared_cache_bytes / 1024; 0: hwloc's L3
 
   void add_to(CLI::App& app);
   void apply_to(Options& options) const;

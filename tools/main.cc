@@ -106,6 +106,12 @@ void EngineTuning::add_to(CLI::App& app) {
                  "given here is the only tier)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
+  app.add_option("--shared-cache", shared_cache_kib,
+                 "depth-wise schedule: the KiB of shared (L3) cache the planner assumes (0: the "
+                 "size hwloc reports; in a virtual machine that is the host's whole L3, shared "
+                 "with other tenants)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
   app.add_option("--tile-rows", tile_rows,
                  "depth-wise schedule: the tile height of every column, in output rows (tokens "
                  "for a transformer's columns) (0: chosen per column from the cache budget)")
@@ -117,6 +123,7 @@ void EngineTuning::apply_to(Options& options) const {
   options.sparse_threshold = sparse_threshold;
   options.cache_budget_bytes = cache_budget_kib * 1024;
   options.tile_rows = tile_rows;
+  options.shared_cache_bytes = shared_cache_kib * 1024;
 }
 
 CLI::Validator at_least(int64_t minimum) {

@@ -190,8 +190,17 @@ int producer_in(const std::vector<TileOp>& ops, int v) {
   return -1;
 }
 
+// `even_rows`: the anchor's rows are split into as many tiles as tiles of `tile_rows` make, of
+// heights that differ by one at most (c.tile_rows: the tallest), instead of tiles of `tile_rows`
+// and a short last one. The threads take contiguous runs of tiles (TileQueue), so at batch 1 a
+// short last tile left its thread with less work than the others: ResNet-50 90% on 2 threads,
+// its first column's 56 rows in tiles of 6 (9 x 6 + 2), had its busier thread's time at 1.064x
+// the threads' mean (median of 10 traced runs), 1.031x in tiles of 5 and 6 (the thread that
+// starts mid-image still computes its first tile's halo afresh); end to end within the noise
+// (Intel Xeon VM, docs/BENCHMARKS.md, the forty-sixth session).
 std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
-                             std::vector<TileOp> ops, int64_t tile_rows, bool rolling) {
+                             std::vector<TileOp> ops, int64_t tile_rows, bool rolling,
+                             bool even_rows = false) {
   if (ops.empty()) return std::nullopt;
   const auto m = static_cast<int>(ops.size());
   const int first_node = ops.front().node, last_node = ops.back().node;
@@ -236,6 +245,12 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
   const int64_t height = ops.back().rows;
   c.tile_rows = std::clamp<int64_t>(tile_rows, 1, height);
   c.tiles_per_image = ceil_div(height, c.tile_rows);
+  // Tile t's anchor rows start here (with t = tiles_per_image: the end). Evened out, the tallest
+  // tile is no taller than tile_rows, and as many tiles of its height make the same count.
+  auto anchor_start = [&](int64_t t) {
+    return even_rows ? t * height / c.tiles_per_image : std::min(height, t * c.tile_rows);
+  };
+  if (even_rows) c.tile_rows = ceil_div(height, c.tiles_per_image);
   const auto tiles = static_cast<std::size_t>(c.tiles_per_image);
 
   // Rows each op computes for tile t: the anchor's row block, then backwards through the
@@ -243,8 +258,8 @@ std::optional<Column> layout(const graph::Graph& graph, const GraphFacts& facts,
   // output op writes to memory.
   auto propagate = [&](std::size_t t, const std::vector<std::vector<RowRange>>* own) {
     std::vector<RowRange> need(static_cast<std::size_t>(m));
-    const auto begin = static_cast<int64_t>(t) * c.tile_rows;
-    need.back() = {begin, std::min(height, begin + c.tile_rows)};
+    const auto tile = static_cast<int64_t>(t);
+    need.back() = {anchor_start(tile), anchor_start(tile + 1)};
     for (int i = m - 1; i >= 0; --i) {
       const TileOp& op = ops[static_cast<std::size_t>(i)];
       if (own != nullptr) {
@@ -412,7 +427,8 @@ std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& f
   const int64_t cap = *max_rows;
   const int64_t min_rows = std::min(cap, min_tile_rows(ops.back()));
   auto layout_at = [&](int64_t rows) {
-    std::optional<Column> c = layout(graph, facts, ops, rows, options.rolling);
+    std::optional<Column> c =
+        layout(graph, facts, ops, rows, options.rolling, /*even_rows=*/!ops.back().tokens);
     if (c) size_working_set(*c, tier, options);
     return c;
   };
@@ -442,7 +458,7 @@ std::optional<Column> choose_tile(const graph::Graph& graph, const GraphFacts& f
   // block of 64 and one of 21.
   if (ops.back().tokens && lo < cap && lo > kMinTileTokens)
     lo = lo / kMinTileTokens * kMinTileTokens;
-  if (best->tile_rows != lo) best = layout_at(lo);
+  if (best->tiles_per_image != ceil_div(ops.back().rows, lo)) best = layout_at(lo);
   if (ops.size() > 1 && best->halo_overhead > options.max_halo_overhead) return std::nullopt;
   // A few tiles the threads cannot share evenly leave one idle for a whole tile, and every tile
   // streams the column's weights again: there the ops run whole, each split across the threads
@@ -978,7 +994,12 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
       : tier_budget(Tier::kL3, o) > o.cache_budget_bytes
           ? fmt::format(", no L3 tier (the activations fit half the {} L3 layer by layer)",
                         kib(o.shared_cache_bytes))
-          : ", no L3 tier",
+      : o.shared_cache_fraction <= 0 ? ", no L3 tier (the cache budget given is the only tier)"
+      : o.shared_cache_bytes <= 0
+          ? ", no L3 tier (no shared cache reported)"
+          : fmt::format(
+                ", no L3 tier (a core's share of the {} L3 is no larger than its L2 budget)",
+                kib(o.shared_cache_bytes)),
       o.tile_rows > 0 ? fmt::format(", tile height forced to {} rows", o.tile_rows) : "");
   for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
     const graph::Node& node = graph.nodes[i];
@@ -990,11 +1011,15 @@ std::string describe_plan(const graph::Graph& graph, const TilePlan& plan) {
     }
     const Column& c = plan.columns[static_cast<std::size_t>(col)];
     if (c.ops.front().node != static_cast<int>(i)) continue;
+    int64_t shortest = c.tile_rows;  // an even split's tiles differ by a row (see layout)
+    for (const std::vector<RowRange>& rows : c.rows)
+      shortest = std::min(shortest, rows.back().size());
     out += fmt::format(
-        "  column {} ({}): {} ops, tiles of {} of {} {} ({} per {}), working set {} of {} "
+        "  column {} ({}): {} ops, tiles of {}{} of {} {} ({} per {}), working set {} of {} "
         "(tile buffers {}, scratch {}, weights {}{}), halo overhead {:.1f}%, intermediates in "
         "{} {}, to memory {}, {:.0f} FLOPs per byte kept\n",
-        col, to_string(c.tier), c.ops.size(), c.tile_rows, c.ops.back().rows,
+        col, to_string(c.tier), c.ops.size(),
+        shortest < c.tile_rows ? fmt::format("{}-", shortest) : "", c.tile_rows, c.ops.back().rows,
         c.ops.back().tokens ? "tokens" : "rows", c.tiles_per_image,
         c.ops.back().tokens ? "sequence" : "image", kib(c.working_set_bytes), kib(c.budget_bytes),
         kib(c.arena_bytes), kib(c.scratch_bytes), kib(c.weight_bytes),

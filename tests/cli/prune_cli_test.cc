@@ -163,21 +163,27 @@ TEST_F(PruneCliTest, InspectPlanPrintsThePlanOrOneCleanError) {
   }
 }
 
-// The engine settings a user may override reach the engine: the plan's budget and tile height,
-// and the threshold that decides which weights are packed sparse; bad values are usage errors.
+// The engine settings a user may override reach the engine: the plan's budget, shared cache and
+// tile height, and the threshold that decides which weights are packed sparse; bad values are
+// usage errors.
 TEST_F(PruneCliTest, InspectTakesTheEngineTuningFlags) {
   const CliResult plan =
       cli(fmt::format("inspect '{}' --plan --tile-rows 3 --cache-budget 256", model_));
   ASSERT_EQ(plan.code, 0) << plan.err;
   EXPECT_TRUE(contains(plan.out, "L2 budget 256.0 KiB per core")) << plan.out;
   EXPECT_TRUE(contains(plan.out, "tile height forced to 3 rows")) << plan.out;
+  // Whatever tier the planner then picks, the plan names the L3 size it assumed.
+  const CliResult shared = cli(fmt::format("inspect '{}' --plan --shared-cache 12345", model_));
+  ASSERT_EQ(shared.code, 0) << shared.err;
+  EXPECT_TRUE(contains(shared.out, "12.1 MiB")) << shared.out;
   const CliResult dense = cli(fmt::format("inspect '{}' --sparse-threshold 2", model_));
   const CliResult sparse = cli(fmt::format("inspect '{}' --sparse-threshold 0", model_));
   ASSERT_EQ(dense.code, 0) << dense.err;
   ASSERT_EQ(sparse.code, 0) << sparse.err;
   EXPECT_TRUE(contains(dense.out, "(0 in a sparse format)")) << dense.out;
   EXPECT_FALSE(contains(sparse.out, "(0 in a sparse format)")) << sparse.out;
-  for (const char* bad : {"--tile-rows -1", "--cache-budget -5", "--sparse-threshold lots"}) {
+  for (const char* bad :
+       {"--tile-rows -1", "--cache-budget -5", "--shared-cache -1", "--sparse-threshold lots"}) {
     const CliResult r = cli(fmt::format("inspect '{}' {}", model_, bad));
     EXPECT_EQ(r.code, 1) << bad << "\n" << r.err;
   }

@@ -352,11 +352,36 @@ TEST(Depthwise, ReplicatedWeightsGiveTheSameResult) {
   for (const auto& [name, t] : expected) EXPECT_EQ(max_abs_diff(t, actual.at(name)), 0.0f) << name;
 }
 
-TEST(Depthwise, RejectsNegativeTileRows) {
-  Options options;
-  options.tile_rows = -1;
-  EXPECT_THROW(depthwise(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 1)}}, 1, options),
-               Error);
+TEST(Depthwise, RejectsNegativeTileRowsAndCacheSizes) {
+  for (int which = 0; which < 3; ++which) {
+    Options options;
+    if (which == 0) options.tile_rows = -1;
+    if (which == 1) options.cache_budget_bytes = -1;
+    if (which == 2) options.shared_cache_bytes = -1;
+    EXPECT_THROW(depthwise(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 1)}}, 1, options),
+                 Error)
+        << which;
+  }
+}
+
+// The shared cache the planner assumes is the user's where given (the plan names it), and the
+// outputs stay the same bits whatever the plan.
+TEST(Depthwise, SharedCacheSizeGivenIsTheOnePlanned) {
+  const NamedTensors inputs = {{"x", random_tensor({4, 3, 13, 11}, 26)}};
+  const NamedTensors expected = depthwise(residual_cnn(), inputs, 2, Options{})->run(inputs);
+  for (const int64_t kib : {96, 3072, 1 << 20}) {
+    Options options;
+    options.shared_cache_bytes = kib * 1024;
+    const std::string plan =
+        runtime::describe_depthwise_plan(specialized(residual_cnn(), inputs), 2, options);
+    const std::string size =
+        kib < 1024 ? fmt::format("{}.0 KiB", kib) : fmt::format("{}.0 MiB", kib / 1024);
+    const std::string header = plan.substr(0, plan.find('\n'));  // the budgets and the L3
+    EXPECT_NE(header.find(size), std::string::npos) << size << ":\n" << plan;
+    const NamedTensors actual = depthwise(residual_cnn(), inputs, 2, options)->run(inputs);
+    for (const auto& [name, t] : expected)
+      EXPECT_EQ(max_abs_diff(t, actual.at(name)), 0.0f) << name;
+  }
 }
 
 }  // namespace

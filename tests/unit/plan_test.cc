@@ -732,6 +732,50 @@ TEST(Partition, FewTilesAreSharedEvenlyByTheThreads) {
   }
 }
 
+// A chosen tile height splits an image's rows evenly, into as many tiles as that height makes
+// (heights differ by a row at most, the tallest being the column's tile_rows): with a short last
+// tile, the thread that runs it at batch 1 has less work than the others. A forced height is
+// kept, the last tile taking what is left.
+TEST(Partition, ChosenTilesSplitTheRowsEvenlyAndForcedOnesKeepTheirHeight) {
+  const graph::Graph g = prepared(residual_cnn(), {1, 3, 32, 24});
+  int uneven = 0;  // chosen columns whose rows do not divide: the split is exercised
+  for (const int64_t forced : {0, 5}) {
+    for (const int threads : {2, 3}) {
+      for (const int64_t budget : swept_budgets()) {
+        plan::PlanOptions options;
+        options.threads = threads;
+        options.cache_budget_bytes = budget;
+        options.tile_rows = forced;
+        const plan::TilePlan plan = plan::plan_columns(g, options);
+        expect_valid_plan(g, plan);
+        for (const plan::Column& c : plan.columns) {
+          const int64_t rows = c.ops.back().rows;
+          const std::string where = fmt::format("forced {}, {} threads, budget {}\n{}", forced,
+                                                threads, budget, plan::describe_plan(g, plan));
+          int64_t next = 0, shortest = rows, tallest = 0;
+          for (std::size_t t = 0; t < c.rows.size(); ++t) {
+            const RowRange anchor = c.rows[t].back();
+            EXPECT_EQ(anchor.begin, next) << "tile " << t << ", " << where;
+            next = anchor.end;
+            shortest = std::min(shortest, anchor.size());
+            tallest = std::max(tallest, anchor.size());
+            if (forced > 0 && t + 1 < c.rows.size()) {
+              EXPECT_EQ(anchor.size(), std::min(forced, rows)) << "tile " << t << ", " << where;
+            }
+          }
+          EXPECT_EQ(next, rows) << where;
+          EXPECT_EQ(tallest, c.tile_rows) << where;
+          if (forced == 0) {
+            EXPECT_LE(tallest - shortest, 1) << where;
+            uneven += rows % c.tiles_per_image != 0;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(uneven, 0) << "no chosen column had rows its tiles do not divide: split not exercised";
+}
+
 // The graph's nodes from the first up to the first that cannot run on a tile, as tile ops.
 std::vector<plan::TileOp> leading_tile_ops(const graph::Graph& g) {
   std::vector<plan::TileOp> ops;

@@ -44,11 +44,12 @@ bool verbose_from_env() {
 }
 
 plan::PlanOptions plan_options(int threads, const Options& options) {
-  if (options.cache_budget_bytes < 0 || options.tile_rows < 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("depthwise: cache_budget_bytes ({}) and tile_rows ({}) must be >= 0 "
-                            "(0: chosen from the machine)",
-                            options.cache_budget_bytes, options.tile_rows));
+  if (options.cache_budget_bytes < 0 || options.tile_rows < 0 || options.shared_cache_bytes < 0) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("depthwise: cache_budget_bytes ({}), shared_cache_bytes ({}) and "
+                    "tile_rows ({}) must be >= 0 (0: chosen from the machine)",
+                    options.cache_budget_bytes, options.shared_cache_bytes, options.tile_rows));
   }
   const Topology& machine = machine_topology();
   plan::PlanOptions p;
@@ -62,7 +63,8 @@ plan::PlanOptions plan_options(int threads, const Options& options) {
   p.cache_budget_bytes = options.cache_budget_bytes > 0  ? options.cache_budget_bytes
                          : machine.l2_bytes_per_core > 0 ? machine.l2_bytes_per_core * 3 / 4
                                                          : 512 * 1024;
-  p.shared_cache_bytes = machine.l3_bytes;
+  p.shared_cache_bytes =
+      options.shared_cache_bytes > 0 ? options.shared_cache_bytes : machine.l3_bytes;
   // The L3 tier (plan/tile_plan.h) only when the budget is the machine's: a budget the user
   // sets is the one every column fits.
   if (options.cache_budget_bytes > 0) p.shared_cache_fraction = 0.0;
