@@ -144,10 +144,14 @@ inline std::vector<int64_t> swept_budgets() {
   return budgets;
 }
 
-// The depth-wise plan of specialized graph `g` under a cache budget of `budget` bytes.
-inline plan::TilePlan plan_under_budget(const graph::Graph& g, int64_t budget) {
+// The depth-wise plan of specialized graph `g` under a cache budget of `budget` bytes, for
+// `threads` threads, with tiles of `tile_rows` rows forced (0: chosen).
+inline plan::TilePlan plan_under_budget(const graph::Graph& g, int64_t budget, int threads = 1,
+                                        int64_t tile_rows = 0) {
   plan::PlanOptions options;
   options.cache_budget_bytes = budget;
+  options.threads = threads;
+  options.tile_rows = tile_rows;
   return plan::plan_columns(g, options);
 }
 

@@ -716,10 +716,7 @@ TEST(Partition, FewTilesAreSharedEvenlyByTheThreads) {
     const graph::Graph g = prepared(residual_cnn(), {batch, 3, 32, 24});
     for (const int threads : {2, 3, 4}) {
       for (const int64_t budget : swept_budgets()) {
-        plan::PlanOptions options;
-        options.threads = threads;
-        options.cache_budget_bytes = budget;
-        const plan::TilePlan plan = plan::plan_columns(g, options);
+        const plan::TilePlan plan = plan_under_budget(g, budget, threads);
         expect_valid_plan(g, plan);
         for (const plan::Column& c : plan.columns) {
           const int64_t tiles = batch * c.tiles_per_image;
@@ -742,11 +739,7 @@ TEST(Partition, ChosenTilesSplitTheRowsEvenlyAndForcedOnesKeepTheirHeight) {
   for (const int64_t forced : {0, 5}) {
     for (const int threads : {2, 3}) {
       for (const int64_t budget : swept_budgets()) {
-        plan::PlanOptions options;
-        options.threads = threads;
-        options.cache_budget_bytes = budget;
-        options.tile_rows = forced;
-        const plan::TilePlan plan = plan::plan_columns(g, options);
+        const plan::TilePlan plan = plan_under_budget(g, budget, threads, forced);
         expect_valid_plan(g, plan);
         for (const plan::Column& c : plan.columns) {
           const int64_t rows = c.ops.back().rows;
