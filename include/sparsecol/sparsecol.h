@@ -138,9 +138,10 @@ struct Options {
   int64_t cache_budget_bytes = 0;
   int tile_rows = 0;
   // The shared (L3) cache the depth-wise planner assumes, in bytes (0: the size hwloc reports).
-  // In a virtual machine hwloc reports the host's whole L3, which other tenants share; a smaller
-  // size here lets the planner keep activations that the real share would not hold. No effect
-  // with a cache_budget_bytes set (that budget is then the only tier).
+  // In a virtual machine hwloc reports the host's whole L3, which other tenants share: the
+  // planner then counts on the L3 to hold activations that this process's share does not, and
+  // runs ops whole that columns would serve better. No effect with a cache_budget_bytes set
+  // (that budget is then the only tier).
   int64_t shared_cache_bytes = 0;
   TileReuse tile_reuse = TileReuse::kRolling;
   // On a machine with several NUMA nodes, one copy of the depth-wise columns' packed weights per
