@@ -102,6 +102,43 @@ void BM_Gemm(benchmark::State& state, LayerShape shape, const GemmUkernel* ukern
       benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// BERT's attention scores of one head, 128 tokens: Q K^T with Q and K read in place from the
+// token-major [128 x 768] projections (12 heads x 64), K^T as a transposed B packed per call
+// (gemm_transposed_b: the Einsum step after graph::fold_matmul_transposes), against the same
+// product on a dense Q and a K^T transposed beforehand (the layout the Transposes used to
+// produce).
+void BM_AttentionScores(benchmark::State& state, bool in_place, const GemmUkernel* ukernel) {
+  if (!kernels::isa_available(ukernel->isa)) {
+    state.SkipWithError(("ISA not available: " + kernels::isa_reason()).c_str());
+    return;
+  }
+  constexpr int64_t kTokens = 128, kDepth = 64, kWidth = 768;
+  const sparsecol::bench::Floats q = random_values(kTokens * kWidth, 1);
+  const sparsecol::bench::Floats k = random_values(kTokens * kWidth, 2);
+  sparsecol::bench::Floats dense_q(kTokens * kDepth), k_transposed(kDepth * kTokens);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t d = 0; d < kDepth; ++d) {
+      dense_q[t * kDepth + d] = q[t * kWidth + d];
+      k_transposed[d * kTokens + t] = k[t * kWidth + d];
+    }
+  }
+  sparsecol::bench::Floats c(kTokens * kTokens);
+  std::vector<float> scratch;
+  const GemmShape shape{kTokens, kTokens, kDepth};
+  for (auto _ : state) {
+    if (in_place) {
+      kernels::gemm_transposed_b_with_ukernel(*ukernel, shape, q.data(), kWidth, k.data(), kWidth,
+                                              c.data(), kTokens, Epilogue{}, scratch);
+    } else {
+      kernels::gemm_with_ukernel(*ukernel, shape, dense_q.data(), kDepth, k_transposed.data(),
+                                 kTokens, c.data(), kTokens, Epilogue{}, scratch);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2e-9 * kTokens * kTokens * kDepth,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // One benchmark per (shape, micro-kernel): a kernel added to ukernels.h is benchmarked here.
 const bool kRegistered = [] {
   for (const LayerShape& shape : kShapes) {
@@ -110,6 +147,15 @@ const bool kRegistered = [] {
                                "_K" + std::to_string(shape.k) + "_N" + std::to_string(shape.n) +
                                "/" + u.name;
       benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, shape, &u)->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (const GemmUkernel& u : kernels::gemm_ukernels()) {
+    for (bool in_place : {true, false}) {
+      const std::string name = std::string("gemm/bert_attention_scores_") +
+                               (in_place ? "k_in_place" : "k_transposed") + "/M128_K64_N128/" +
+                               u.name;
+      benchmark::RegisterBenchmark(name.c_str(), BM_AttentionScores, in_place, &u)
+          ->Unit(benchmark::kMicrosecond);
     }
   }
   return true;

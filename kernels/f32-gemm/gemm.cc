@@ -44,6 +44,7 @@
 
 #include <fmt/format.h>
 
+#include "f32-eltwise/eltwise.h"
 #include "f32-gemm/ukernels.h"
 #include "scratch.h"
 #include "sparsecol/sparsecol.h"
@@ -105,9 +106,22 @@ void pack_b_strips(const float* b, int64_t ldb, int64_t k, int64_t n, float* dst
   }
 }
 
+// Columns [0, n) of B given transposed (B[p][j] = bt[j * ldbt + p]: an attention product's K^T
+// read from K) as pack_b_strips lays them out: each strip is kNr rows of bt transposed, by the
+// tiled 2-D transpose (16 x 16 tiles of whole cache lines). Gathering a strip column by column
+// (as A's panels are packed, kNr rows read in step) made BERT's 128 x 64 x 128 scores product
+// 1.3x slower than on a K^T transposed beforehand (bench/gemm_bench.cc, bert_attention_scores).
+template <int kNr>
+void pack_b_transposed_strips(const float* bt, int64_t ldbt, int64_t k, int64_t n, float* dst,
+                              int64_t strip_stride) {
+  for (int64_t j = 0; j < n; j += kNr, dst += strip_stride) {
+    transpose_2d(bt + j * ldbt, ldbt, std::min<int64_t>(kNr, n - j), k, dst, kNr);
+  }
+}
+
 constexpr GemmUkernel kUkernels[] = {
 #define SPARSECOL_UKERNEL_ENTRY(name, isa, mr, nr, lanes, extra) \
-  {#name, isa, mr, nr, lanes, extra, &name, &pack_b_strips<nr>},
+  {#name, isa, mr, nr, lanes, extra, &name, &pack_b_strips<nr>, &pack_b_transposed_strips<nr>},
     SPARSECOL_F32_GEMM_UKERNELS(SPARSECOL_UKERNEL_ENTRY)
 #undef SPARSECOL_UKERNEL_ENTRY
 };
@@ -200,6 +214,7 @@ struct BOperand {
   bool strips = false;
   const int64_t* row_offsets = nullptr;  // an indirect B: row p at data + row_offsets[p]
   bool from_memory = false;  // strips only: a weight that comes from memory (see BlockPrefetch)
+  bool transposed = false;   // B[p][j] at data + j * ldb + p: always packed per call
 };
 
 // Asks for the lines of the next block of a B in strips, a few per micro-kernel call of the
@@ -274,8 +289,10 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
   const int64_t kc = blocking.kc, mc = blocking.mc, nc = blocking.nc;
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(k, kc));
   constexpr int64_t kAliasingRowBytes = 2048;  // see "When B is packed" above
-  const bool pack_b = !b.strips && b.row_offsets == nullptr && m > mr && k > 0 &&
-                      b.ldb * static_cast<int64_t>(sizeof(float)) % kAliasingRowBytes == 0;
+  const bool pack_b =
+      !b.strips && b.row_offsets == nullptr && k > 0 &&
+      (b.transposed ||
+       (m > mr && b.ldb * static_cast<int64_t>(sizeof(float)) % kAliasingRowBytes == 0));
   // One buffer per thread: callers run this on several threads at once, one region each.
   thread_local std::vector<float> packed_b_scratch;
   float* packed_b =
@@ -306,8 +323,12 @@ void gemm_driver(const GemmUkernel& ukernel, const float* packed_a, int64_t m, i
       }
       args.k = k1 - k0;
       args.accumulate = kb > 0;
-      if (pack_b)
+      if (pack_b && b.transposed) {
+        ukernel.pack_b_transposed(b.data + n0 * b.ldb + k0, b.ldb, k1 - k0, n1 - n0, packed_b,
+                                  (k1 - k0) * nr);
+      } else if (pack_b) {
         ukernel.pack_b(b.data + k0 * b.ldb + n0, b.ldb, k1 - k0, n1 - n0, packed_b, (k1 - k0) * nr);
+      }
       args.ldb = pack_b || b.strips ? nr : b.ldb;
       args.b_row_offsets = b.row_offsets != nullptr ? b.row_offsets + k0 : nullptr;
       for (int64_t m0 = 0; m0 < m; m0 += mc) {
@@ -368,6 +389,16 @@ void gemm_with_ukernel(const GemmUkernel& ukernel, const GemmShape& shape, const
                        const Epilogue& epilogue, std::vector<float>& scratch) {
   require_available(ukernel.isa);
   gemm_packing_a(ukernel, shape, a, lda, BOperand{b, ldb, false}, c, ldc, epilogue, scratch);
+}
+
+void gemm_transposed_b_with_ukernel(const GemmUkernel& ukernel, const GemmShape& shape,
+                                    const float* a, int64_t lda, const float* bt, int64_t ldbt,
+                                    float* c, int64_t ldc, const Epilogue& epilogue,
+                                    std::vector<float>& scratch) {
+  require_available(ukernel.isa);
+  BOperand b{bt, ldbt};
+  b.transposed = true;
+  gemm_packing_a(ukernel, shape, a, lda, b, c, ldc, epilogue, scratch);
 }
 
 PackedA::PackedA(const float* a, int64_t m, int64_t k, int64_t lda)
@@ -563,6 +594,13 @@ void gemm(const GemmShape& shape, const float* a, int64_t lda, const float* b, i
           float* c, int64_t ldc, const Epilogue& epilogue, std::vector<float>& scratch) {
   gemm_with_ukernel(default_gemm_ukernel(active_isa()), shape, a, lda, b, ldb, c, ldc, epilogue,
                     scratch);
+}
+
+void gemm_transposed_b(const GemmShape& shape, const float* a, int64_t lda, const float* bt,
+                       int64_t ldbt, float* c, int64_t ldc, const Epilogue& epilogue,
+                       std::vector<float>& scratch) {
+  gemm_transposed_b_with_ukernel(default_gemm_ukernel(active_isa()), shape, a, lda, bt, ldbt, c,
+                                 ldc, epilogue, scratch);
 }
 
 float apply_activation(Activation act, float x, float clip_min, float clip_max) {

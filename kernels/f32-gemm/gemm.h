@@ -145,6 +145,13 @@ void gemm_packed_taps(const PackedA& a, const ConvTaps& b, float* c, int64_t ldc
 void gemm(const GemmShape& shape, const float* a, int64_t lda, const float* b, int64_t ldb,
           float* c, int64_t ldc, const Epilogue& epilogue, std::vector<float>& scratch);
 
+// C = epilogue(A * B) with B given transposed: B[p][j] = bt[j * ldbt + p] (an attention
+// product's K^T read in place from K's rows), packed per block of K and N like a plain B.
+// Single-threaded.
+void gemm_transposed_b(const GemmShape& shape, const float* a, int64_t lda, const float* bt,
+                       int64_t ldbt, float* c, int64_t ldc, const Epilogue& epilogue,
+                       std::vector<float>& scratch);
+
 // The naive reference every path is tested against (double accumulation).
 void gemm_reference(const GemmShape& shape, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float* c, int64_t ldc, const Epilogue& epilogue);

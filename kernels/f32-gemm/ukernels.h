@@ -69,6 +69,8 @@ struct GemmUkernel {
   int extra_columns;  // the most GemmUkernelArgs::extra it takes (0: none)
   GemmUkernelFn fn;
   GemmPackBFn pack_b;
+  // The same strips from a B given transposed: element (p, j) at b[j * ldb + p].
+  GemmPackBFn pack_b_transposed;
 };
 
 // name, ISA, MR, NR, vector lanes, extra columns (0 or kMaxExtraColumns). Within an ISA the first
@@ -114,6 +116,11 @@ void pack_a_panels(const float* a, int64_t m, int64_t k, int64_t lda, int mr, fl
 void gemm_with_ukernel(const GemmUkernel& ukernel, const GemmShape& shape, const float* a,
                        int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                        const Epilogue& epilogue, std::vector<float>& scratch);
+// The same with B given transposed: B[p][j] = bt[j * ldbt + p] (gemm_transposed_b).
+void gemm_transposed_b_with_ukernel(const GemmUkernel& ukernel, const GemmShape& shape,
+                                    const float* a, int64_t lda, const float* bt, int64_t ldbt,
+                                    float* c, int64_t ldc, const Epilogue& epilogue,
+                                    std::vector<float>& scratch);
 // The blocked driver over A already packed for `ukernel`.
 void gemm_packed_with_ukernel(const GemmUkernel& ukernel, const float* packed_a, int64_t m,
                               int64_t k, const float* b, int64_t ldb, float* c, int64_t ldc,

@@ -152,7 +152,12 @@ std::string Engine::describe() const {
       ++fused[fmt::format("{} + {}", node.op_type, graph::to_string(op.kind))];
     }
   }
-  text += "ops after passes (constant folding, BatchNormalization folding, epilogue fusion):\n";
+  // The schedules run this graph specialized to the input shapes, where shape-dependent passes
+  // (folding a scale into a projection, Transposes into products) may change it further.
+  text +=
+      "ops after the load-time passes (constant folding, BatchNormalization and layer-norm "
+      "fusion, epilogue fusion; the layer table shows what a schedule runs at the given "
+      "batch):\n";
   for (const auto& [op, count] : op_histogram(g)) text += fmt::format("  {:<24} {}\n", op, count);
   for (const auto& [op, count] : fused) text += fmt::format("  {:<24} {} fused\n", op, count);
 

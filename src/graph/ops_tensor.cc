@@ -1313,6 +1313,7 @@ EinsumProduct einsum_product(const EinsumSpec& spec) {
   for (const auto& [r, l] : labels) {
     int64_t& size = r == kBatch ? p.batch : r == kM ? p.m : r == kN ? p.n : p.k;
     size *= spec.sizes[l];
+    ++(r == kBatch ? p.batch_labels : r == kM ? p.m_labels : r == kN ? p.n_labels : p.k_labels);
   }
   return p;
 }

@@ -71,6 +71,7 @@ struct EinsumProduct {
   std::vector<int64_t> b_shape, b_strides;  // [batch..., K..., N...]
   std::vector<int64_t> c_shape, c_strides;  // [batch..., M..., N...], into the output
   int64_t batch = 1, m = 1, n = 1, k = 1;
+  std::size_t batch_labels = 0, m_labels = 0, n_labels = 0, k_labels = 0;  // each group's length
 };
 EinsumProduct einsum_product(const EinsumSpec& spec);
 

@@ -40,7 +40,7 @@ std::unique_ptr<Executor> make_onednn_executor(graph::Graph graph, int threads);
 std::unique_ptr<Executor> make_depthwise_executor(graph::Graph graph, int threads,
                                                   const Options& options);
 // The depth-wise plan of a specialized graph as text (Engine::plan_report).
-std::string describe_depthwise_plan(const graph::Graph& graph, int threads, const Options& options);
+std::string describe_depthwise_plan(graph::Graph graph, int threads, const Options& options);
 // cuDNN/cuBLAS (sparse: + cuSPARSE) on the first CUDA device (src/backends/cuda/). Throws
 // Error(kUnsupported) saying why when the build has no CUDA or the machine no device.
 std::unique_ptr<Executor> make_cuda_executor(graph::Graph graph, const Options& options);

@@ -227,6 +227,37 @@ TEST_P(GemmUkernelTest, BPackedWhereItsRowsWouldShareCacheSets) {
   }
 }
 
+// B given transposed (gemm_transposed_b: an attention product's K^T read from K) gives the
+// reference's results on the plain B: tile-boundary shapes, several blocks of K and N, and a
+// transposed row stride wider than K.
+TEST_P(GemmUkernelTest, TransposedBMatchesReferenceOnThePlainB) {
+  const GemmUkernel& u = ukernel();
+  std::mt19937 rng(31);
+  std::vector<float> scratch;
+  std::vector<GemmShape> shapes = {{128, 128, 64}, {67, 1100, 300}, {300, 49, 129}};
+  for (int64_t k : {1, 7, 17}) {
+    for (int64_t m : {int64_t{1}, int64_t{u.mr}, int64_t{2 * u.mr + 1}}) {
+      for (int64_t n = 1; n <= 2 * u.nr + 1; n += 3) shapes.push_back({m, n, k});
+    }
+  }
+  int case_index = 0;
+  for (const GemmShape& shape : shapes) {
+    const EpilogueVariant& variant = kVariants[case_index++ % std::size(kVariants)];
+    const Problem problem(shape.m, shape.n, shape.k, variant, rng);
+    const int64_t ldbt = shape.k + case_index % 3;
+    std::vector<float> bt(static_cast<std::size_t>(shape.n * ldbt), kCanary);
+    for (int64_t p = 0; p < shape.k; ++p) {
+      for (int64_t j = 0; j < shape.n; ++j) bt[j * ldbt + p] = problem.b()[p * problem.ldb() + j];
+    }
+    std::vector<float> c = problem.fresh_c();
+    gemm_transposed_b_with_ukernel(u, problem.shape(), problem.a(), problem.lda(), bt.data(), ldbt,
+                                   c.data() + problem.c_offset(), problem.ldc(), problem.epilogue(),
+                                   scratch);
+    EXPECT_EQ(problem.check(c), "")
+        << u.name << " " << describe(shape, variant) << " ldbt " << ldbt;
+  }
+}
+
 TEST_P(GemmUkernelTest, ZeroDepthGivesTheEpilogueOfZero) {
   std::mt19937 rng(5);
   std::vector<float> scratch;

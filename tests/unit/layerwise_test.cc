@@ -280,6 +280,62 @@ TEST(Layerwise, RecurrentOpsTakeTheGemmStepAndMatchReference) {
   }
 }
 
+// BERT's attention in miniature (x [batch, 5 tokens, 3 heads x 4]): Q and V moved head-major, K
+// to [head, depth, token], the context back token-major, as PyTorch exports it.
+graph::Graph attention_block() {
+  constexpr int64_t kTokens = 5, kHeads = 3, kDepth = 4, kWidth = kHeads * kDepth;
+  GraphBuilder b;
+  const int x = b.input("x", {-1, kTokens, kWidth});
+  auto shape = [&](const std::string& name, std::vector<int64_t> dims) {
+    Tensor t = Tensor::zeros(DType::kInt64, {static_cast<int64_t>(dims.size())});
+    std::copy(dims.begin(), dims.end(), t.data<int64_t>());
+    return b.constant(name, std::move(t));
+  };
+  auto heads = [&](const std::string& name, uint32_t seed, std::vector<int64_t> perm) {
+    const int projected = b.node(
+        "Add",
+        {b.node("MatMul", {x, b.constant("w" + name, random_tensor({kWidth, kWidth}, seed))}),
+         b.constant("b" + name, random_tensor({kWidth}, seed + 1))});
+    return b.node(
+        "Transpose",
+        {b.node("Reshape", {projected, shape(name + "_heads", {0, kTokens, kHeads, kDepth})})},
+        {{"perm", std::move(perm)}});
+  };
+  const int q = heads("q", 1, {0, 2, 1, 3}), k = heads("k", 3, {0, 2, 3, 1}),
+            v = heads("v", 5, {0, 2, 1, 3});
+  const int scores =
+      b.node("Div", {b.node("MatMul", {q, k}), b.constant("scale", scalar(std::sqrt(4.0f)))});
+  const int probs = b.node("Softmax", {scores}, {{"axis", int64_t{-1}}});
+  const int context = b.node("Transpose", {b.node("MatMul", {probs, v})},
+                             {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  return b.finish({b.node("Reshape", {context, shape("merged", {0, kTokens, kWidth})})});
+}
+
+// The attention's four Transposes fold into its two products (graph::fold_matmul_transposes),
+// whose GEMMs read Q, K and V and write the context in place, K as a transposed B; the results
+// are the reference's on the unoptimized graph.
+TEST(Layerwise, AttentionTransposesFoldIntoItsProductsReadInPlace) {
+  const NamedTensors inputs = {{"x", random_tensor({2, 5, 12}, 60)}};
+  graph::Graph g = attention_block();
+  graph::optimize(g, runtime::evaluate_node);
+  g = graph::specialize(g, {{"x", {2, 5, 12}}}, runtime::evaluate_node);
+  graph::fold_matmul_transposes(g);
+  std::vector<std::string> equations;
+  for (const graph::Node& node : g.nodes) {
+    EXPECT_NE(node.op_type, "Transpose") << node.name;
+    if (node.op_type == "Einsum") equations.push_back(node.attr_string("equation", ""));
+  }
+  EXPECT_EQ(equations, (std::vector<std::string>{"axby,azby->abxz", "abxy,aybz->axbz"}));
+  std::vector<std::string> products;
+  for (const LayerInfo& l : layerwise(attention_block(), inputs, 2)->layers()) {
+    if (l.op == "Einsum") products.push_back(l.implementation);
+  }
+  const std::string isa = kernels::to_string(kernels::active_isa());
+  EXPECT_EQ(products, (std::vector<std::string>{"einsum gemm/" + isa + "; B transposed",
+                                                "einsum gemm/" + isa}));
+  expect_matches_reference(attention_block(), inputs);
+}
+
 // Einsum of one or two float operands takes the GEMM step: random equations over up to 6
 // labels (batch labels in both operands and the output, labels of one operand kept or summed,
 // labels summed from both), written in random orders, with diagonals (a label twice in one

@@ -168,6 +168,90 @@ TEST(FuseEpilogues, AddWithUnknownShapesIsNotFused) {
 
 // PyTorch's x.view(x.shape[0], -1) with a symbolic batch: Shape -> Gather -> Unsqueeze ->
 // Concat -> Reshape, folded away once the batch is known.
+// Only Transposes that the MatMul alone reads fold, and only into a product of two activations
+// with the same batch dims: a Transpose read twice stays (the other reader needs its output), a
+// linear layer's MatMul (a constant weight) keeps its sparse or packed path, and a MatMul that
+// broadcasts its batch dims is no Einsum (one size per letter). Results are unchanged.
+TEST(FoldMatMulTransposes, FoldsOnlyTransposesTheProductAloneReads) {
+  GraphBuilder b;
+  const int x = b.input("x", {2, 3, 4, 5});
+  const int y = b.input("y", {2, 3, 4, 5});
+  const std::map<std::string, graph::AttrValue> swap = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  const int yt = b.node("Transpose", {y}, swap);                 // read by two products: stays
+  const int xt = b.node("Transpose", {x}, swap);                 // read by one: folds
+  const int gram = b.node("MatMul", {b.node("Relu", {x}), xt});  // [2, 3, 4, 4]
+  const int twice = b.node("MatMul", {x, yt});                   // [2, 3, 4, 4]
+  const int again = b.node("MatMul", {b.node("Neg", {yt}), gram});
+  const int linear =
+      b.node("MatMul", {b.node("Transpose", {y}, swap), b.constant("w", random_tensor({4, 6}, 1))});
+  const int broadcast = b.node("MatMul", {b.input("z", {1, 3, 4, 5}),
+                                          b.node("Transpose", {b.input("u", {2, 1, 4, 5})}, swap)});
+  graph::Graph g = b.finish({twice, again, linear, broadcast});
+  const NamedTensors inputs = {{"x", random_tensor({2, 3, 4, 5}, 2)},
+                               {"y", random_tensor({2, 3, 4, 5}, 3)},
+                               {"z", random_tensor({1, 3, 4, 5}, 4)},
+                               {"u", random_tensor({2, 1, 4, 5}, 5)}};
+  const NamedTensors before = run_reference(g, inputs);
+  graph::optimize(g, runtime::evaluate_node);  // shapes inferred
+  graph::fold_matmul_transposes(g);
+  EXPECT_EQ(count_ops(g, "Einsum"), 1);
+  EXPECT_EQ(only_node(g, "Einsum").attr_string("equation", ""), "abxy,abzy->abxz");
+  EXPECT_EQ(count_ops(g, "Transpose"), 3);
+  EXPECT_EQ(count_ops(g, "MatMul"), 4);
+  EXPECT_TRUE(outputs_near(run_reference(g, inputs), before, 1e-6f));
+}
+
+// Scores = (x Wq + bq) k / 4: the Div folds into Wq and bq (new constants, the originals kept
+// for their other reader), exactly (a power of two); Mul by a scalar on either side folds too.
+// It does not fold where the product has a second reader, where no linear layer computes an
+// operand, or where the layer's epilogue is not additions of constants (a Relu).
+TEST(FoldProductScale, ScaleOfAnAttentionProductFoldsIntoTheProjection) {
+  enum class Scale { kDiv, kMulAfter, kMulBefore };
+  for (Scale form : {Scale::kDiv, Scale::kMulAfter, Scale::kMulBefore}) {
+    GraphBuilder b;
+    const int x = b.input("x", {2, 3, 8});
+    const int wq = b.constant("wq", random_tensor({8, 8}, 1));
+    const int q =
+        b.node("Add", {b.node("MatMul", {x, wq}), b.constant("bq", random_tensor({8}, 2))});
+    const int k =
+        b.node("Transpose", {b.input("k", {2, 3, 8})}, {{"perm", std::vector<int64_t>{0, 2, 1}}});
+    const int product = b.node("MatMul", {q, k});
+    const int scores = form == Scale::kDiv ? b.node("Div", {product, b.constant("c", scalar(4.0f))})
+                       : form == Scale::kMulAfter
+                           ? b.node("Mul", {product, b.constant("c", scalar(0.25f))})
+                           : b.node("Mul", {b.constant("c", scalar(0.25f)), product});
+    const int other_reader = b.node("MatMul", {x, wq});  // wq's second reader
+    graph::Graph g = b.finish({b.node("Softmax", {scores}), other_reader});
+    const NamedTensors inputs = {{"x", random_tensor({2, 3, 8}, 3)},
+                                 {"k", random_tensor({2, 3, 8}, 4)}};
+    const NamedTensors before = run_reference(g, inputs);
+    graph::optimize(g, runtime::evaluate_node);
+    EXPECT_EQ(count_ops(g, "Div") + count_ops(g, "Mul"), 0);
+    const graph::Node& projection = g.nodes.front();
+    ASSERT_EQ(projection.op_type, "MatMul");
+    const Tensor& scaled = *g.values[static_cast<std::size_t>(projection.input(1))].constant;
+    const Tensor original = random_tensor({8, 8}, 1);
+    for (int64_t i = 0; i < original.numel(); ++i) {
+      ASSERT_EQ(scaled.data<float>()[i], original.data<float>()[i] * 0.25f) << i;
+    }
+    EXPECT_TRUE(outputs_near(run_reference(g, inputs), before, 0.0f));
+  }
+  // Left alone: the product read twice; both operands graph inputs; a Relu after the projection.
+  GraphBuilder b;
+  const int x = b.input("x", {2, 3, 8});
+  const int k = b.input("k", {2, 8, 3});
+  const int twice = b.node("MatMul", {x, k});
+  const int inputs_only = b.node("MatMul", {b.input("y", {2, 3, 8}), k});
+  const int relu =
+      b.node("Relu", {b.node("MatMul", {x, b.constant("w", random_tensor({8, 8}, 5))})});
+  const int after_relu = b.node("MatMul", {relu, k});
+  graph::Graph g = b.finish({b.node("Div", {twice, b.constant("c1", scalar(2.0f))}), twice,
+                             b.node("Div", {inputs_only, b.constant("c2", scalar(2.0f))}),
+                             b.node("Div", {after_relu, b.constant("c3", scalar(2.0f))})});
+  graph::optimize(g, runtime::evaluate_node);
+  EXPECT_EQ(count_ops(g, "Div"), 3);
+}
+
 TEST(Specialize, FoldsShapeSubgraphOnceBatchIsKnown) {
   GraphBuilder b;
   const int x = b.input("x", {-1, 2, 3});

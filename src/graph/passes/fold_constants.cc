@@ -158,6 +158,7 @@ Graph specialize(const Graph& graph, const std::map<std::string, std::vector<int
   // same known shape, which symbolic dims that shape inference named apart hide (BERT's 24
   // residual Adds after its linear layers: each one pass over the activations).
   fuse_epilogues(out);
+  fold_product_scale(out);
   out.remove_dead();
   return out;
 }
@@ -167,6 +168,7 @@ void optimize(Graph& graph, const Evaluator& evaluate) {
   fold_batchnorm(graph);
   fuse_layernorm(graph);
   fuse_epilogues(graph);
+  fold_product_scale(graph);
   graph.remove_dead();
 }
 

@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/passes.h"
 #include "plan/memory_plan.h"
 #include "plan/tile_plan.h"
 #include "runtime/depthwise/replicas.h"
@@ -494,11 +495,12 @@ class DepthwiseExecutor final : public Executor {
 
 std::unique_ptr<Executor> make_depthwise_executor(graph::Graph graph, int threads,
                                                   const Options& options) {
+  graph::fold_matmul_transposes(graph);
   return std::make_unique<DepthwiseExecutor>(std::move(graph), threads, options);
 }
 
-std::string describe_depthwise_plan(const graph::Graph& graph, int threads,
-                                    const Options& options) {
+std::string describe_depthwise_plan(graph::Graph graph, int threads, const Options& options) {
+  graph::fold_matmul_transposes(graph);  // the graph the executor plans
   return plan::describe_plan(graph, plan::plan_columns(graph, plan_options(threads, options)));
 }
 

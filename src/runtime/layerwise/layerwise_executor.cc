@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/passes.h"
 #include "plan/memory_plan.h"
 #include "runtime/executor.h"
 #include "runtime/layerwise/steps.h"
@@ -188,6 +189,7 @@ class LayerwiseExecutor final : public Executor {
 
 std::unique_ptr<Executor> make_layerwise_executor(graph::Graph graph, int threads,
                                                   const Options& options) {
+  graph::fold_matmul_transposes(graph);
   return std::make_unique<LayerwiseExecutor>(std::move(graph), threads, options);
 }
 

@@ -848,14 +848,100 @@ std::unique_ptr<Step> make_recurrent(const graph::Graph& graph, const graph::Nod
       graph, node, kernels::PackedRecurrent(s, data(1), data(2), data(3), data(7)));
 }
 
-// ---- Einsum of one or two float operands: gathers, a batched GEMM, a scatter ----
+// ---- Einsum of one or two float operands: a batched GEMM on strided operands ----
+
+// The stride that steps through labels [begin, end) of an operand as one index over them would:
+// their strides nest like a dense block's (size-1 labels do not move). 1 for a group of one
+// element; nullopt where the labels do not nest.
+std::optional<int64_t> collapsed_stride(std::span<const int64_t> shape,
+                                        std::span<const int64_t> strides, std::size_t begin,
+                                        std::size_t end) {
+  std::optional<int64_t> stride;
+  int64_t next = 0;  // the stride the next outer label must have
+  for (std::size_t i = end; i-- > begin;) {
+    if (shape[i] == 1) continue;
+    if (stride && strides[i] != next) return std::nullopt;
+    if (!stride) stride = strides[i];
+    next = strides[i] * shape[i];
+  }
+  return stride.value_or(1);
+}
+
+// An operand ([batch..., rows..., columns...] labels, as graph::EinsumProduct groups them) read
+// in place as a batch of matrices: where each batch entry starts, and one stride for its rows and
+// one for its columns.
+struct MatrixViews {
+  std::vector<int64_t> offsets;  // per batch entry, in floats
+  int64_t row_stride = 0, col_stride = 0;
+};
+
+std::optional<MatrixViews> matrix_views(const std::vector<int64_t>& shape,
+                                        const std::vector<int64_t>& strides,
+                                        std::size_t batch_labels, std::size_t row_labels) {
+  const std::optional<int64_t> rows =
+      collapsed_stride(shape, strides, batch_labels, batch_labels + row_labels);
+  const std::optional<int64_t> cols =
+      collapsed_stride(shape, strides, batch_labels + row_labels, shape.size());
+  if (!rows || !cols) return std::nullopt;
+  std::vector<int64_t> offsets = {0};  // batch labels in order, the last one fastest
+  for (std::size_t d = 0; d < batch_labels; ++d) {
+    std::vector<int64_t> outer;
+    for (int64_t o : offsets) {
+      for (int64_t i = 0; i < shape[d]; ++i) outer.push_back(o + i * strides[d]);
+    }
+    offsets = std::move(outer);
+  }
+  return MatrixViews{std::move(offsets), *rows, *cols};
+}
+
+// Matrices of `rows` x `cols` one after another.
+MatrixViews dense_views(int64_t batch, int64_t rows, int64_t cols) {
+  MatrixViews v{std::vector<int64_t>(static_cast<std::size_t>(batch)), cols, 1};
+  for (int64_t i = 0; i < batch; ++i) v.offsets[static_cast<std::size_t>(i)] = i * rows * cols;
+  return v;
+}
+
+// How the product's operands are read: in place where an operand's labels form matrices the GEMM
+// reads (A with unit column stride; B with unit column stride, or unit row stride as a B given
+// transposed: an attention product's K^T read from K; C written with unit column stride), else
+// through a dense copy (the product scattered from one). So the transposes around a
+// transformer's attention products fold into them (graph::fold_matmul_transposes) instead of
+// moving the activations once more.
+struct EinsumOperands {
+  MatrixViews a, b, c;  // each operand's matrices, in place or in its copy
+  bool gather_a = false, gather_b = false, b_transposed = false, scatter_c = false;
+
+  explicit EinsumOperands(const graph::EinsumProduct& p) {
+    const std::size_t nb = p.batch_labels;
+    std::optional<MatrixViews> in_a = matrix_views(p.a_shape, p.a_strides, nb, p.m_labels);
+    gather_a = !in_a || in_a->col_stride != 1;
+    a = gather_a ? dense_views(p.batch, p.m, p.k) : *std::move(in_a);
+    std::optional<MatrixViews> in_b = matrix_views(p.b_shape, p.b_strides, nb, p.k_labels);
+    b_transposed = in_b && in_b->col_stride != 1 && in_b->row_stride == 1;
+    gather_b = !in_b || (in_b->col_stride != 1 && !b_transposed);
+    b = gather_b ? dense_views(p.batch, p.k, p.n) : *std::move(in_b);
+    std::optional<MatrixViews> in_c = matrix_views(p.c_shape, p.c_strides, nb, p.m_labels);
+    scatter_c = !in_c || in_c->col_stride != 1;
+    c = scatter_c ? dense_views(p.batch, p.m, p.n) : *std::move(in_c);
+  }
+
+  // "einsum gemm/avx512", then what is copied or transposed: "; copies A, B transposed".
+  std::string implementation() const {
+    std::vector<std::string> notes;
+    if (gather_a) notes.emplace_back("copies A");
+    if (gather_b) notes.emplace_back("copies B");
+    if (b_transposed) notes.emplace_back("B transposed");
+    if (scatter_c) notes.emplace_back("copies C");
+    return fmt::format("einsum gemm/{}{}{}", kernels::to_string(kernels::active_isa()),
+                       notes.empty() ? "" : "; ", fmt::join(notes, ", "));
+  }
+};
 
 class EinsumStep final : public FastStep {
  public:
-  EinsumStep(const graph::Graph& graph, const graph::Node& node, graph::EinsumProduct product)
-      : FastStep(graph, node,
-                 fmt::format("einsum gemm/{}", kernels::to_string(kernels::active_isa()))),
-        p_(std::move(product)) {}
+  EinsumStep(const graph::Graph& graph, const graph::Node& node,
+             const graph::EinsumProduct& product)
+      : EinsumStep(graph, node, product, EinsumOperands(product)) {}
 
   void run(RunContext& ctx) override {
     float* y = output(ctx);
@@ -866,41 +952,54 @@ class EinsumStep final : public FastStep {
       return finish(ctx, false);
     }
     const float one = 1.0f;
-    const float* a = gathered(input(ctx, 0), p_.a_shape, p_.a_strides, a_);
-    const float* b =
-        gathered(node_.inputs.size() == 2 ? input(ctx, 1) : &one, p_.b_shape, p_.b_strides, b_);
-    const std::vector<int64_t> c_dense = kernels::reference::contiguous_strides(p_.c_shape);
-    float* c = p_.c_strides == c_dense ? y : kernels::aligned_scratch(c_, out_numel);
+    const float* a = input(ctx, 0);
+    const float* b = node_.inputs.size() == 2 ? input(ctx, 1) : &one;
+    if (o_.gather_a) a = gathered(a, p_.a_shape, p_.a_strides, a_copy_);
+    if (o_.gather_b) b = gathered(b, p_.b_shape, p_.b_strides, b_copy_);
+    float* c = o_.scatter_c ? kernels::aligned_scratch(c_copy_, out_numel) : y;
     const int64_t row_blocks = ceil_div(p_.m, kGemmRowBlock);
     parallel_for(ctx.threads, p_.batch * row_blocks, [&](int64_t task, int thread) {
-      const int64_t batch = task / row_blocks, r0 = task % row_blocks * kGemmRowBlock;
+      const auto batch = static_cast<std::size_t>(task / row_blocks);
+      const int64_t r0 = task % row_blocks * kGemmRowBlock;
       const kernels::GemmShape region{std::min(kGemmRowBlock, p_.m - r0), p_.n, p_.k};
-      kernels::gemm(region, a + (batch * p_.m + r0) * p_.k, p_.k, b + batch * p_.k * p_.n, p_.n,
-                    c + (batch * p_.m + r0) * p_.n, p_.n, kernels::Epilogue{},
-                    ctx.scratch[static_cast<std::size_t>(thread)]);
+      const float* a_rows = a + o_.a.offsets[batch] + r0 * o_.a.row_stride;
+      const float* b_matrix = b + o_.b.offsets[batch];
+      float* c_rows = c + o_.c.offsets[batch] + r0 * o_.c.row_stride;
+      std::vector<float>& scratch = ctx.scratch[static_cast<std::size_t>(thread)];
+      if (o_.b_transposed) {
+        kernels::gemm_transposed_b(region, a_rows, o_.a.row_stride, b_matrix, o_.b.col_stride,
+                                   c_rows, o_.c.row_stride, kernels::Epilogue{}, scratch);
+      } else {
+        kernels::gemm(region, a_rows, o_.a.row_stride, b_matrix, o_.b.row_stride, c_rows,
+                      o_.c.row_stride, kernels::Epilogue{}, scratch);
+      }
     });
-    if (c != y) {
-      kernels::reference::copy_strided(c, c_dense, y, p_.c_strides, p_.c_shape, sizeof(float));
+    if (o_.scatter_c) {
+      kernels::reference::copy_strided(c, kernels::reference::contiguous_strides(p_.c_shape), y,
+                                       p_.c_strides, p_.c_shape, sizeof(float));
     }
     finish(ctx, false);
   }
 
  private:
-  // The operand as a dense [shape] block: in place where its strides already are those, else
-  // copied into `buffer`.
+  // The operand as a dense [shape] block, copied into `buffer`.
   static const float* gathered(const float* src, const std::vector<int64_t>& shape,
                                const std::vector<int64_t>& strides, std::vector<float>& buffer) {
-    const std::vector<int64_t> dense = kernels::reference::contiguous_strides(shape);
-    if (strides == dense) return src;
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    float* dst = kernels::aligned_scratch(buffer, count);
-    kernels::reference::copy_strided(src, strides, dst, dense, shape, sizeof(float));
+    float* dst = kernels::aligned_scratch(buffer, numel(shape));
+    kernels::reference::copy_strided(
+        src, strides, dst, kernels::reference::contiguous_strides(shape), shape, sizeof(float));
     return dst;
   }
 
+  EinsumStep(const graph::Graph& graph, const graph::Node& node, graph::EinsumProduct product,
+             EinsumOperands operands)
+      : FastStep(graph, node, operands.implementation()),
+        p_(std::move(product)),
+        o_(std::move(operands)) {}
+
   graph::EinsumProduct p_;
-  std::vector<float> a_, b_, c_;  // gathered operands and the product, where copies are needed
+  EinsumOperands o_;
+  std::vector<float> a_copy_, b_copy_, c_copy_;  // gathered operands and the product
 };
 
 std::unique_ptr<Step> make_einsum(const graph::Graph& graph, const graph::Node& node,
