@@ -158,7 +158,9 @@ inline Vec keep_first(Vec v, int64_t count, float fill) {
   for (int i = 0; i < kLanes; ++i) lane[i] = i;
   return lane < static_cast<int32_t>(count) ? v : splat(fill);
 }
-// a * b + c, fused where the ISA has FMA (ISO C++ mode does not contract a * b + c by itself).
+// a * b + c, fused where the ISA has FMA. Written out where it matters: GCC 12 contracts a plain
+// a * b + c into an FMA in some places and not in others, even in ISO C++ mode (layer norm's
+// scale and shift came out differently in two instantiations of one template).
 inline Vec fmadd(Vec a, Vec b, Vec c) {
 #if defined(__AVX512F__)
   return __builtin_ia32_vfmaddps512_mask(a, b, c, -1, 4);
