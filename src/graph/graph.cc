@@ -30,6 +30,12 @@ std::optional<std::vector<int64_t>> concrete(const Shape& shape) {
   return dims;
 }
 
+bool keeps_element_order(const Node& node) {
+  static const char* const kOps[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+  return node.domain.empty() && std::any_of(std::begin(kOps), std::end(kOps),
+                                            [&](const char* op) { return node.op_type == op; });
+}
+
 const char* to_string(EpilogueOp::Kind kind) {
   switch (kind) {
     case EpilogueOp::Kind::kRelu:

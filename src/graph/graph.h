@@ -81,6 +81,10 @@ struct Node {
   int output(std::size_t i) const { return i < outputs.size() ? outputs[i] : -1; }
 };
 
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity of the default domain: the output holds the
+// input's elements in the same order under another shape (the executors run them as views).
+bool keeps_element_order(const Node& node);
+
 struct Graph {
   std::string source;  // the model file, for error messages
   int64_t opset = 0;   // the default domain's opset version

@@ -61,11 +61,7 @@ int64_t bytes_of(const graph::Graph& graph, int id) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Reshape & co. move no bytes (the executors run them as views).
-bool is_view(const graph::Node& node) {
-  static const char* const kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-  return std::any_of(std::begin(kViews), std::end(kViews),
-                     [&](const char* op) { return node.op_type == op; });
-}
+bool is_view(const graph::Node& node) { return graph::keeps_element_order(node); }
 
 // How an operand of an element-wise op (or of a fused Add) on a tile of the output `out` is
 // read: row by row (same shape), not at all (a constant scalar, or a constant vector per channel

@@ -11,10 +11,10 @@
 // folded input Transpose with perm p puts the product's axis i at its input's axis p[i]; a folded
 // output Transpose puts the product's axis p[i] at its output's axis i.
 #include <algorithm>
-#include <numeric>
 #include <string>
 #include <vector>
 
+#include "graph/ops_tensor.h"
 #include "graph/passes.h"
 #include "graph/passes/pattern_pass.h"
 
@@ -46,20 +46,16 @@ class MatMulTransposeFolder : PatternPass {
     return concrete(*v.shape).value_or(std::vector<int64_t>{});
   }
 
-  // The permutation of a default-domain Transpose `n` of rank `rank` with nothing fused, or empty.
+  // The permutation of a default-domain Transpose `n` of rank `rank` with nothing fused (its
+  // default, reversed, where it has none), or empty.
   std::vector<int64_t> perm_of(int n, std::size_t rank) const {
     const Node& t = node(n);
     if (t.op_type != "Transpose" || !t.domain.empty() || !t.epilogue.empty() ||
         t.inputs.size() != 1 || t.outputs.size() != 1) {
       return {};
     }
-    std::vector<int64_t> reversed(rank);
-    std::iota(reversed.rbegin(), reversed.rend(), 0);
-    std::vector<int64_t> perm = t.attr_ints("perm", reversed), sorted = perm;
-    std::sort(sorted.begin(), sorted.end());
-    std::vector<int64_t> identity(rank);
-    std::iota(identity.begin(), identity.end(), 0);
-    return sorted == identity ? perm : std::vector<int64_t>{};
+    // Valid: the MatMul's shapes are concrete, so shape inference has checked it.
+    return resolve_perm(InferContext(graph_, t), static_cast<int64_t>(rank));
   }
 
   // The Transpose writing `id` for the MatMul alone, as (node, perm); node -1 if none.

@@ -8,7 +8,6 @@
 // (dividing by a power of two is exact), one pass over the [batch, heads, tokens, tokens] scores
 // fewer.
 #include <algorithm>
-#include <iterator>
 #include <optional>
 #include <string>
 
@@ -38,11 +37,8 @@ class ProductScaleFolder : PatternPass {
 
  private:
   static bool moves_values_only(const Node& n) {
-    static const char* const kOps[] = {"Reshape",   "Flatten",  "Squeeze",
-                                       "Unsqueeze", "Identity", "Transpose"};
-    return n.domain.empty() && n.epilogue.empty() && !n.inputs.empty() &&
-           std::any_of(std::begin(kOps), std::end(kOps),
-                       [&](const char* op) { return n.op_type == op; });
+    return (keeps_element_order(n) || (n.op_type == "Transpose" && n.domain.empty())) &&
+           n.epilogue.empty() && !n.inputs.empty();
   }
 
   bool is_float_constant(int id) const {

@@ -1578,10 +1578,7 @@ std::unique_ptr<Step> make_reference_step(const graph::Graph& graph, const graph
 }
 
 bool is_view_op(const graph::Graph& graph, const graph::Node& node) {
-  static const char* const kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-  const bool listed = std::any_of(std::begin(kViews), std::end(kViews),
-                                  [&](const char* op) { return node.op_type == op; });
-  if (!listed || !node.domain.empty() || !node.epilogue.empty() || node.outputs.size() != 1 ||
+  if (!graph::keeps_element_order(node) || !node.epilogue.empty() || node.outputs.size() != 1 ||
       node.input(0) < 0 || node.outputs[0] < 0) {
     return false;
   }
