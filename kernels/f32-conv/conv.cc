@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <span>
 
 #include <fmt/format.h>
@@ -69,6 +70,17 @@ struct PackedConv::Impl {
   // kPhaseGemm), the input planes (1x1 kinds; the input's own when its planes are that far
   // apart, else a copy's).
   int64_t b_plane = 0;
+  // 1x1 sparse kinds, where the kernels run: the K-blocks' offsets for B planes `plane_stride`
+  // floats apart, the first such layout other than b_plane that a product reads (a depth-wise tile
+  // buffer, whose planes stay that far apart from tile to tile), made once by that product and
+  // kept. Re-mapping costs a pass over the non-zeros: on a 7-row tile of a 14x14 layer about
+  // what the product itself costs.
+  struct TileLayout {
+    std::once_flag made;
+    int64_t plane_stride = 0;
+    std::vector<std::vector<int32_t>> offsets;
+  };
+  mutable TileLayout tile_layout;
 
   bool is_sparse() const { return !sparse.empty(); }
   bool is_gemm() const {
@@ -736,12 +748,16 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
   constexpr int64_t kKernelPixels = 64;
   const bool jit = impl.jit != nullptr && (impl.kind == Kind::kSpmmPhases ||
                                            (oh_end - oh_begin) * g.out_w > kKernelPixels);
+  // B's layout when it is not the one the weight was packed for (a tile buffer's planes): the
+  // offset of each B row, which is all the generated code needs; the kernels get block i's
+  // non-zeros' offsets from offsets_of(i).
+  std::span<const int64_t> jit_b_rows;
   // The product over the K-blocks in order into `out` (ldo apart), each adding to the partial
-  // sums, `last` with the last block; B at `b`, block i's offsets from offsets_of(i).
+  // sums, `last` with the last block; B at `b`.
   auto product = [&](const float* b, int64_t n, float* out, int64_t ldo, const Epilogue& last,
                      auto offsets_of) {
     if (jit) {
-      impl.jit->run(impl.sparse.front(), offsets_of(0), oc_begin, oc_end, b, n, out, ldo, last);
+      impl.jit->run(impl.sparse.front(), jit_b_rows, oc_begin, oc_end, b, n, out, ldo, last);
       return;
     }
     for (std::size_t i = 0; i < impl.sparse.size(); ++i) {
@@ -788,17 +804,39 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
         run(packed);
         return;
       }
-      // A tile buffer (the depth-wise schedule) with other aligned planes: re-mapping the
-      // offsets costs one pass over the non-zeros, against one per tile of pixels for the product.
+      // A tile buffer (the depth-wise schedule) with other aligned planes. The code reads B
+      // through one offset per B row (one block: the whole depth), listed here per call; the
+      // kernels read one per non-zero, re-mapped once per layout (Impl::tile_layout).
       thread_local std::vector<int64_t> b_rows;
-      thread_local std::vector<std::vector<int32_t>> offsets;
-      offsets.resize(std::max(offsets.size(), impl.sparse.size()));
-      for (std::size_t i = 0, c0 = 0; i < impl.sparse.size(); ++i) {
-        const SparseMatrix& block = impl.sparse[i];
-        b_rows.resize(static_cast<std::size_t>(block.depth()));
-        for (int64_t& offset : b_rows) offset = static_cast<int64_t>(c0++) * src.plane_stride;
-        block.offsets_for(b_rows, offsets[i]);
+      if (jit) {
+        b_rows.resize(static_cast<std::size_t>(g.in_c));
+        for (int64_t c = 0; c < g.in_c; ++c) {
+          b_rows[static_cast<std::size_t>(c)] = c * src.plane_stride;
+        }
+        jit_b_rows = b_rows;
+        run(packed);
+        return;
       }
+      auto remap = [&](std::vector<std::vector<int32_t>>& offsets) {
+        offsets.resize(std::max(offsets.size(), impl.sparse.size()));
+        for (std::size_t i = 0, c0 = 0; i < impl.sparse.size(); ++i) {
+          const SparseMatrix& block = impl.sparse[i];
+          b_rows.resize(static_cast<std::size_t>(block.depth()));
+          for (int64_t& offset : b_rows) offset = static_cast<int64_t>(c0++) * src.plane_stride;
+          block.offsets_for(b_rows, offsets[i]);
+        }
+      };
+      PackedConv::Impl::TileLayout& kept = impl.tile_layout;
+      std::call_once(kept.made, [&] {
+        remap(kept.offsets);
+        kept.plane_stride = src.plane_stride;
+      });
+      if (kept.plane_stride == src.plane_stride) {
+        run([&](std::size_t i) { return kept.offsets[i].data(); });
+        return;
+      }
+      thread_local std::vector<std::vector<int32_t>> offsets;
+      remap(offsets);
       run([&](std::size_t i) { return offsets[i].data(); });
       return;
     }

@@ -11,7 +11,10 @@
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "isa.h"
+#include "sparsecol/sparsecol.h"
 
 namespace sparsecol::kernels {
 namespace {
@@ -261,11 +264,11 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
 }
 
 // The byte offset of each B row that has a non-zero, from the non-zeros' offsets.
-void b_row_bytes_of(const SparseMatrix& a, const int32_t* offsets, std::vector<int64_t>& bytes) {
+void b_row_bytes_of(const SparseMatrix& a, std::vector<int64_t>& bytes) {
   bytes.assign(static_cast<std::size_t>(a.groups() * a.depth()), 0);
   for (int64_t j = 0; j < a.nnz(); ++j) {
     bytes[static_cast<std::size_t>(a.b_rows()[j])] =
-        int64_t{offsets[j]} * static_cast<int64_t>(sizeof(float));
+        int64_t{a.offsets()[j]} * static_cast<int64_t>(sizeof(float));
   }
 }
 
@@ -317,7 +320,7 @@ std::shared_ptr<const SpmmJit> SpmmJit::generate(const SparseMatrix& a) {
   jit->code_ = code;
   jit->size_ = size;
   jit->code_bytes_ = as.size();
-  b_row_bytes_of(a, a.offsets(), jit->b_row_bytes_);
+  b_row_bytes_of(a, jit->b_row_bytes_);
   return jit;
 }
 
@@ -330,32 +333,52 @@ bool SpmmJit::handles(const Epilogue& e) {
          e.post_residual != Activation::kGelu;
 }
 
-void SpmmJit::run(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
-                  const float* src, int64_t n, float* dst, int64_t ldd,
+void SpmmJit::run(const SparseMatrix& a, std::span<const int64_t> b_row_offsets, int64_t row_begin,
+                  int64_t row_end, const float* src, int64_t n, float* dst, int64_t ldd,
                   const Epilogue& epilogue) const {
   if (n <= 0 || row_begin >= row_end) return;
+  // The kernels' offsets, for the rows and epilogues the code leaves to them.
+  const int32_t* offsets = a.offsets();
+  const int64_t* b_row_bytes = b_row_bytes_.data();
+  if (!b_row_offsets.empty()) {
+    if (static_cast<int64_t>(b_row_offsets.size()) != a.groups() * a.depth()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("SpmmJit::run: {} B row offsets for {} B rows", b_row_offsets.size(),
+                              a.groups() * a.depth()));
+    }
+    thread_local std::vector<int64_t> remapped;
+    remapped.resize(b_row_offsets.size());
+    for (std::size_t k = 0; k < b_row_offsets.size(); ++k) {
+      remapped[k] = b_row_offsets[k] * static_cast<int64_t>(sizeof(float));
+    }
+    b_row_bytes = remapped.data();
+  }
+  auto kernel_offsets = [&] {
+    if (offsets == a.offsets() && !b_row_offsets.empty()) {
+      thread_local std::vector<int32_t> remapped;
+      a.offsets_for(b_row_offsets, remapped);
+      offsets = remapped.data();
+    }
+    return offsets;
+  };
   const auto blocks = static_cast<int64_t>(block_entry_.size());
   const int64_t first = (row_begin + kSpmmJitRows - 1) / kSpmmJitRows;
   const int64_t last = row_end == rows_ ? blocks : row_end / kSpmmJitRows;
   if (!handles(epilogue) || first >= last) {
-    spmm(a, offsets, row_begin, row_end, src, n, dst, ldd, epilogue);
+    spmm(a, kernel_offsets(), row_begin, row_end, src, n, dst, ldd, epilogue);
     return;
   }
   const int64_t jit_begin = first * kSpmmJitRows, jit_end = std::min(last * kSpmmJitRows, rows_);
-  if (row_begin < jit_begin) spmm(a, offsets, row_begin, jit_begin, src, n, dst, ldd, epilogue);
+  if (row_begin < jit_begin) {
+    spmm(a, kernel_offsets(), row_begin, jit_begin, src, n, dst, ldd, epilogue);
+  }
   if (jit_end < row_end) {
     const int64_t skip = jit_end - row_begin;
     Epilogue later = epilogue;
     move_epilogue_to(epilogue, skip, 0, later);
-    spmm(a, offsets, jit_end, row_end, src, n, dst + skip * ldd, ldd, later);
+    spmm(a, kernel_offsets(), jit_end, row_end, src, n, dst + skip * ldd, ldd, later);
   }
 
-  const int64_t* b_row_bytes = b_row_bytes_.data();
-  if (offsets != a.offsets()) {
-    thread_local std::vector<int64_t> remapped;
-    b_row_bytes_of(a, offsets, remapped);
-    b_row_bytes = remapped.data();
-  }
   JitCall call{};
   call.values = values_.data();
   call.b_row_bytes = b_row_bytes;

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "epilogue.h"
@@ -54,13 +55,16 @@ class SpmmJit {
   // Whether the generated code applies this epilogue (every part but GELU and a column bias).
   static bool handles(const Epilogue& epilogue);
 
-  // spmm(a, offsets, row_begin, row_end, src, n, dst, ldd, epilogue) without accumulate: `a` is
-  // the matrix the code was generated for and `offsets` its offsets (a.offsets()) or a
-  // re-mapping for another layout of B (SparseMatrix::offsets_for). Rows outside whole blocks of
-  // kSpmmJitRows, and an epilogue the code does not handle, run through the spmm kernel: the
-  // same bits. Single-threaded.
-  void run(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
-           const float* src, int64_t n, float* dst, int64_t ldd, const Epilogue& epilogue) const;
+  // spmm(a, offsets, row_begin, row_end, src, n, dst, ldd, epilogue) without accumulate, where
+  // `a` is the matrix the code was generated for and `b_row_offsets` the element offset of each of
+  // its B rows in the layout of `src` (groups * depth entries, as SparseMatrix takes them), or
+  // empty for the layout `a` was packed for. The code reads B through a table of one offset per
+  // B row, so another layout (a tile buffer of the depth-wise schedule) costs a pass over the B
+  // rows, not one over the non-zeros. Rows outside whole blocks of kSpmmJitRows, and an epilogue
+  // the code does not handle, run through the spmm kernel: the same bits. Single-threaded.
+  void run(const SparseMatrix& a, std::span<const int64_t> b_row_offsets, int64_t row_begin,
+           int64_t row_end, const float* src, int64_t n, float* dst, int64_t ldd,
+           const Epilogue& epilogue) const;
 
   // The fewest non-zeros per B row and block, on average, for which generate() makes code.
   static constexpr double kMinNonZerosPerLoad = 2.0;

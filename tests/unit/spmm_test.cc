@@ -306,8 +306,8 @@ INSTANTIATE_TEST_SUITE_P(EveryKernel, SpmmKernelTest,
 // bits, and nothing written outside the region, over random shapes of 12 rows (at 80%, the
 // fewest for which there is code) to 3 blocks and a part, 0-80% sparsity, every epilogue the code
 // takes (and GELU or a column bias, which fall back to the kernel), row ranges that start and end
-// inside blocks, column tails, and B rows at a random stride read through the packed offsets or
-// through offsets re-mapped to another.
+// inside blocks, column tails, and B rows at a random stride read through the packing or
+// through the offsets of its rows in another layout.
 TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
   if (kernels::active_isa() != kernels::Isa::kAvx512) {
     GTEST_SKIP() << "generated code needs AVX-512: " << kernels::isa_reason();
@@ -353,7 +353,11 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
       if (e.residual != nullptr) e.residual += r0 * e.residual_ld;
       std::vector<float> want(static_cast<std::size_t>(rows * ldd), kSentinel), have = want;
       kernels::spmm(m, offsets, r0, r1, b.data(), n, want.data() + r0 * ldd, ldd, e);
-      jit->run(m, offsets, r0, r1, b.data(), n, have.data() + r0 * ldd, ldd, e);
+      // The code reads B's layout from its rows' offsets, or from the packing when none are
+      // given.
+      const std::span<const int64_t> layout =
+          ld == packed_ld && r0 % 2 == 0 ? std::span<const int64_t>{} : b_rows;
+      jit->run(m, layout, r0, r1, b.data(), n, have.data() + r0 * ldd, ldd, e);
       ASSERT_EQ(have, want) << "rows [" << r0 << ", " << r1 << "), B rows " << ld << " apart";
     }
   }
@@ -439,7 +443,7 @@ TEST(SpmmJitTest, TouchesNothingOutsideItsArrays) {
       Epilogue g = e;
       g.row_bias = guarded_bias.data();
       g.residual = guarded_residual.data();
-      jit->run(m, m.offsets(), r0, r1, guarded_b.data(), n, dst.data(), n, g);
+      jit->run(m, {}, r0, r1, guarded_b.data(), n, dst.data(), n, g);
       EXPECT_EQ(dst.values(), want) << (guard == Guard::kBefore ? "guard before" : "guard after");
     }
   }
@@ -688,7 +692,8 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
 }
 
 // The 1x1 lowering reads B in place where its planes are whole cache lines apart (with the
-// packed offsets, or offsets re-mapped for a tile buffer's stride), the columns before the
+// packed offsets, or offsets for a tile buffer's stride: kept for the first such stride, made
+// per call for another; generated code reads the B rows' offsets instead), the columns before the
 // region's first line boundary in a product of their own where it starts off a line, and from an
 // aligned copy where the planes are not lines apart (conv.cc, sparse_conv_rows); with enough
 // channels for several K-blocks. Every way must give the bits of the whole aligned image, which
@@ -743,6 +748,7 @@ TEST_P(SparseConvTest, PointwiseGivesTheSameBitsWhereverBLies) {
       {"first row off a line", 1, 6, 0, g.in_h, plane, 0},
       {"one row, shorter than the columns up to the next line", 0, 1, 0, g.in_h, plane, 1},
       {"tile buffer, first row off a line", 3, 6, 2, 6, 4 * g.in_w, 0},
+      {"tile buffer with planes further apart", 2, 6, 2, 6, 4 * g.in_w + 16, 0},
       {"planes off lines", 3, 7, 3, 7, 4 * g.in_w + 4, 0},
   };
   for (const Way& way : ways) {
