@@ -336,6 +336,7 @@ std::string format_json(const BenchReport& report) {
                       {{"time_budget_s", report.time_budget_s},
                        {"warmup", report.warmup},
                        {"min_reps", report.min_reps},
+                       {"runs_per_turn", report.runs_per_turn},
                        {"seed", report.seed},
                        {"agreement_tolerance", report.agreement_tolerance},
                        {"inputs", report.input_files}}},

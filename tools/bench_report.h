@@ -62,6 +62,7 @@ struct BenchReport {
   double time_budget_s = 0;  // per (batch, threads) point, all paths together
   int warmup = 0;
   int64_t min_reps = 0;
+  int runs_per_turn = 1;
   uint32_t seed = 0;
   std::vector<std::string> input_files;  // empty: seeded random inputs
   MachineInfo machine;

@@ -67,6 +67,7 @@ struct BenchArgs {
   double time = 10;
   int warmup = 2;
   int64_t min_reps = 3;
+  int runs_per_turn = 1;
   uint32_t seed = 1;
   std::vector<std::string> inputs;
   std::string json, plot, trace;
@@ -349,15 +350,19 @@ void measure_point(std::vector<PathState>& paths, const NamedTensors& feed, int6
   }
   first_outputs.clear();
 
-  // Take turns until the budget is spent and every path has its minimum of runs.
+  // Take turns until the budget is spent and every path has its minimum of timed runs. A turn
+  // of several runs times all but its first, which refills the caches after the other paths'
+  // turns (see --runs-per-turn).
   std::vector<std::vector<double>> seconds(paths.size());
   const auto start = Clock::now();
   while (!live.empty()) {
     for (auto it = live.begin(); it != live.end();) {
       try {
-        const auto run_start = Clock::now();
-        paths[*it].session->run(feed);
-        seconds[*it].push_back(seconds_since(run_start));
+        for (int r = 0; r < args.runs_per_turn; ++r) {
+          const auto run_start = Clock::now();
+          paths[*it].session->run(feed);
+          if (r > 0 || args.runs_per_turn == 1) seconds[*it].push_back(seconds_since(run_start));
+        }
         ++it;
       } catch (...) {
         rows[first_row + *it].error = describe_exception();
@@ -433,6 +438,7 @@ int bench(const BenchArgs& args) {
   report.time_budget_s = args.time;
   report.warmup = args.warmup;
   report.min_reps = args.min_reps;
+  report.runs_per_turn = args.runs_per_turn;
   report.seed = args.seed;
   report.input_files = args.inputs;
   report.machine = describe_machine();
@@ -549,6 +555,13 @@ CommandAction setup(CLI::App& app) {
       ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--min-reps", args->min_reps, "timed runs of each path at least, even past --time")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--runs-per-turn", args->runs_per_turn,
+                 "the paths take turns, each this many runs back to back, all but the first of a "
+                 "turn timed (the first refills the caches the other paths' turns took: the "
+                 "timed runs see what repeated requests to one model see); 1: one timed run "
+                 "each, every run after another path's")
       ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--seed", args->seed, "seed of the random inputs")->capture_default_str();

@@ -89,6 +89,8 @@ TEST_F(BenchTest, HelpListsEveryOptionWithItsDefault) {
                                "=2",
                                "--min-reps",
                                "=3",
+                               "--runs-per-turn",
+                               "=1",
                                "--seed",
                                "=1",
                                "--input",
@@ -297,6 +299,23 @@ TEST_F(BenchTest, DepthwiseTileReuseVariantsAreTwoPathsWithTheSameOutputs) {
   EXPECT_EQ(rows[0][1], "depthwise:halo");
   EXPECT_EQ(rows[1][1], "depthwise:rolling");
   EXPECT_EQ(rows[1][11], "0.0e+00") << result.out;
+}
+
+// With turns of several runs, each turn's first run is not timed: turns of 3 give 2 timed runs
+// each, so a minimum of 3 is met after two turns, with 4 (with --time 0 nothing else counts).
+TEST_F(BenchTest, TurnsOfSeveralRunsTimeAllButTheirFirst) {
+  for (const auto& [runs_per_turn, reps] : {std::pair{1, 3}, std::pair{3, 4}}) {
+    SCOPED_TRACE(fmt::format("--runs-per-turn {}", runs_per_turn));
+    const CliResult result =
+        cli(fmt::format("bench '{}' --schedule reference,reference --threads 1 --time 0 "
+                        "--min-reps 3 --runs-per-turn {} --json '{}' --quiet",
+                        mlp(), runs_per_turn, path("turns.json")));
+    ASSERT_EQ(result.code, 0) << result.err;
+    const nlohmann::json json = nlohmann::json::parse(read_text(path("turns.json")));
+    EXPECT_EQ(json["settings"]["runs_per_turn"], runs_per_turn);
+    for (const nlohmann::json& row : json["results"]) EXPECT_EQ(row["reps"], reps) << row.dump();
+  }
+  EXPECT_EQ(cli(fmt::format("bench '{}' --runs-per-turn 0", mlp())).code, 1);
 }
 
 TEST_F(BenchTest, UnknownPathVariantIsAUsageErrorNamingTheVariants) {
