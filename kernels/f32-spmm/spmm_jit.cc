@@ -31,16 +31,29 @@ struct JitCall {
   const float* residual;
   int64_t residual_ld_bytes;
   float clip_min, clip_max;
-  uint16_t mask;      // the tile's columns: loads and stores touch only these
+  uint16_t mask;  // the tile's columns: loads and stores touch only these
+  // For B rows read out of an aligned pair of vectors (see emit_block), shifted by `low` to
+  // `high` lanes: the lanes of the pair's first vector that they read (low_masks[low][high], one
+  // run of lanes, so that no lane lies outside the rows' own), and of its second
+  // (high_masks[high]).
+  uint16_t low_masks[kMaxPairShift + 1][kMaxPairShift + 1];
+  uint16_t high_masks[kMaxPairShift + 1];
   uint8_t pre, post;  // Activation before and after the residual
 };
 
 // General-purpose registers by encoding.
 constexpr int kRax = 0, kRcx = 1, kRdx = 2, kRsi = 6, kRdi = 7, kR8 = 8, kR10 = 10, kR11 = 11;
-// Vector registers: accumulators 0 .. kSpmmJitRows - 1, then the constants and the B row.
+// Vector registers: accumulators 0 .. kSpmmJitRows - 1, then the epilogue's constants and the
+// B row; while the products run (before the epilogue needs its constants), the first two hold an
+// aligned pair of B vectors.
 constexpr int kZero = 28, kClipMin = 29, kClipMax = 30, kBRow = 31;
+constexpr int kPairLow = kZero, kPairHigh = kClipMin;
 static_assert(kSpmmJitRows <= kZero);
 constexpr int kColumnMask = 1;  // k1
+// The mask registers of a pair's vectors: k2 the first vector's (loaded per pair where it
+// changes), k3-k5 the second's for rows shifted by up to 1, 2 or 3 lanes.
+constexpr int kPairLowMask = 2;
+int high_mask_register(int64_t high) { return static_cast<int>(kPairLowMask + high); }
 
 struct Mem {
   int base;
@@ -81,6 +94,11 @@ class Assembler {
   void vmaxps(int d, int s, int r) { evex_rr(1, 0, 0x5F, d, s, r); }
   void vminps(int d, int s, int r) { evex_rr(1, 0, 0x5D, d, s, r); }
   void vbroadcastss(int d, const Mem& m) { evex_rm(2, 1, 0x18, d, 0, m, 0, false, false); }
+  // d = lanes [shift, shift + 16) of high:low (EVEX.512.66.0F3A.W0 03 /r ib).
+  void valignd(int d, int high, int low, int shift) {
+    evex_rr(3, 1, 0x03, d, high, low);
+    u8(shift);
+  }
 
   // ---- x86-64 ----
   void mov_load(int reg, const Mem& m) { rex_op(1, reg, m, 0x8B); }
@@ -200,7 +218,7 @@ void emit_activation(Assembler& as, std::size_t kind, int rows) {
 // stores, the order of store_row_tile in spmm_impl.h. The non-zeros' values are appended to
 // `values` in the order the code reads them.
 void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
-                std::vector<float>& values) {
+                std::vector<float>& values, bool& has_pairs) {
   as.mov_load(kRsi, {kRdi, -1, field(offsetof(JitCall, src))});
   as.mov_load(kRdx, {kRdi, -1, field(offsetof(JitCall, values))});
   as.mov_load(kRcx, {kRdi, -1, field(offsetof(JitCall, b_row_bytes))});
@@ -208,9 +226,11 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
   as.mov_load(kR10, {kRdi, -1, field(offsetof(JitCall, bias))});
   as.mov_load(kR11, {kRdi, -1, field(offsetof(JitCall, residual))});
   as.kmovw_load(kColumnMask, {kRdi, -1, field(offsetof(JitCall, mask))});
-  as.vpxord(kZero);
-  as.vbroadcastss(kClipMin, {kRdi, -1, field(offsetof(JitCall, clip_min))});
-  as.vbroadcastss(kClipMax, {kRdi, -1, field(offsetof(JitCall, clip_max))});
+  for (int high = 1; high <= kMaxPairShift; ++high) {
+    as.kmovw_load(high_mask_register(high),
+                  {kRdi, -1, field(offsetof(JitCall, high_masks) + 2 * high)});
+  }
+  int64_t low_mask_holds = -1;  // the low_masks entry in kPairLowMask, -1: none yet
   for (int r = 0; r < rows; ++r) as.vpxord(r);
 
   std::vector<std::tuple<int32_t, int, int32_t>> nonzeros;  // (B row, accumulator, index)
@@ -220,28 +240,82 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
     }
   }
   std::sort(nonzeros.begin(), nonzeros.end());
+  // A B row's non-zeros: [begin, end) of `nonzeros`, and the row's element offset.
+  struct BRow {
+    int32_t k;
+    int64_t offset;
+    std::size_t begin, end;
+  };
+  std::vector<BRow> b_rows;
+  for (std::size_t i = 0; i < nonzeros.size(); ++i) {
+    const auto [k, r, j] = nonzeros[i];
+    if (b_rows.empty() || b_rows.back().k != k) b_rows.push_back({k, a.offsets()[j], i, i});
+    b_rows.back().end = i + 1;
+  }
   // rdx and rcx step through the values and the B row table, so that every access is an 8-bit
   // displacement from them: an FMA takes 7 bytes instead of 10, a B row's address 4 instead of
   // 7 (the code streams from L2 once it outgrows the op cache).
-  int64_t value_at = 0, table_at = 0;  // the value and the B row they point at
-  for (std::size_t i = 0; i < nonzeros.size(); ++i) {
-    const auto [k, r, j] = nonzeros[i];
-    if (i == 0 || std::get<0>(nonzeros[i - 1]) != k) {
-      if (k - table_at > 15) {
-        as.add_imm(kRcx, static_cast<int32_t>(8 * (k + 15 - table_at)));
-        table_at = k + 15;
+  int64_t value_at = 0, table_at = 0;   // the value and the B row they point at
+  auto load_address = [&](int32_t k) {  // rax = B row k's byte offset
+    if (k - table_at > 15) {
+      as.add_imm(kRcx, static_cast<int32_t>(8 * (k + 15 - table_at)));
+      table_at = k + 15;
+    }
+    as.mov_load(kRax, {kRcx, -1, static_cast<int32_t>(8 * (k - table_at)), 1});
+  };
+  auto products = [&](const BRow& row, int b_register) {
+    for (std::size_t i = row.begin; i < row.end; ++i) {
+      const auto [k, r, j] = nonzeros[i];
+      const auto v = static_cast<int64_t>(values.size());
+      values.push_back(a.values()[j]);
+      if (v - value_at > 127) {
+        as.add_imm(kRdx, static_cast<int32_t>(4 * (v + 127 - value_at)));
+        value_at = v + 127;
       }
-      as.mov_load(kRax, {kRcx, -1, static_cast<int32_t>(8 * (k - table_at)), 1});
+      as.vfmadd231ps_bcast(r, b_register, {kRdx, -1, static_cast<int32_t>(4 * (v - value_at)), 4});
+    }
+  };
+  for (std::size_t g = 0; g < b_rows.size();) {
+    // B rows g .. h - 1 lie in one aligned pair of vectors, shifted by up to kMaxPairShift lanes
+    // (a 3x3 layer's column taps of one input row: offsets base, base + 1, base + 2). Loading
+    // each on its own, the shifted ones straddle two cache lines, so the pair is loaded once
+    // and each row shifted out of it (see SpmmJit).
+    const int64_t base = b_rows[g].offset - b_rows[g].offset % kSpmmMaxLanes;
+    std::size_t h = g;
+    int64_t low = kSpmmMaxLanes, high = 0;
+    for (; h < b_rows.size(); ++h) {
+      const int64_t shift = b_rows[h].offset - base;
+      if (shift < 0 || shift > kMaxPairShift) break;
+      low = std::min(low, shift);
+      high = std::max(high, shift);
+    }
+    if (high == 0) {  // unshifted (or shifted further): the row alone, as it is
+      load_address(b_rows[g].k);
       as.vmovups_load(kBRow, {kRsi, kRax}, kColumnMask, true);
+      products(b_rows[g], kBRow);
+      ++g;
+      continue;
     }
-    const auto v = static_cast<int64_t>(values.size());
-    values.push_back(a.values()[j]);
-    if (v - value_at > 127) {
-      as.add_imm(kRdx, static_cast<int32_t>(4 * (v + 127 - value_at)));
-      value_at = v + 127;
+    const int64_t low_mask = low * (kMaxPairShift + 1) + high;
+    if (low_mask != low_mask_holds) {
+      as.kmovw_load(kPairLowMask, {kRdi, -1, field(offsetof(JitCall, low_masks) + 2 * low_mask)});
+      low_mask_holds = low_mask;
     }
-    as.vfmadd231ps_bcast(r, kBRow, {kRdx, -1, static_cast<int32_t>(4 * (v - value_at)), 4});
+    load_address(b_rows[g].k);
+    const auto to_base = static_cast<int32_t>(4 * (base - b_rows[g].offset));
+    as.vmovups_load(kPairLow, {kRsi, kRax, to_base}, kPairLowMask, true);
+    as.vmovups_load(kPairHigh, {kRsi, kRax, to_base + 64},
+                    high_mask_register(static_cast<int>(high)), true);
+    for (; g < h; ++g) {
+      const auto shift = static_cast<int>(b_rows[g].offset - base);
+      if (shift > 0) as.valignd(kBRow, kPairHigh, kPairLow, shift);
+      products(b_rows[g], shift > 0 ? kBRow : kPairLow);
+    }
+    has_pairs = true;
   }
+  as.vpxord(kZero);
+  as.vbroadcastss(kClipMin, {kRdi, -1, field(offsetof(JitCall, clip_min))});
+  as.vbroadcastss(kClipMax, {kRdi, -1, field(offsetof(JitCall, clip_max))});
 
   as.cmp_qword_zero({kRdi, -1, field(offsetof(JitCall, bias))});
   const std::size_t no_bias = as.jump(true, true);
@@ -300,8 +374,8 @@ std::shared_ptr<const SpmmJit> SpmmJit::generate(const SparseMatrix& a) {
   jit->rows_ = a.rows();
   for (int64_t row0 = 0; row0 < a.rows(); row0 += kSpmmJitRows) {
     jit->block_entry_.push_back(as.size());
-    emit_block(as, a, row0, static_cast<int>(std::min(kSpmmJitRows, a.rows() - row0)),
-               jit->values_);
+    emit_block(as, a, row0, static_cast<int>(std::min(kSpmmJitRows, a.rows() - row0)), jit->values_,
+               jit->reads_pairs_);
   }
   // Code that outgrows the core's L2 streams from L3 for every chunk of columns, slower than the
   // spmm kernels read their non-zeros (8 bytes each, against 11-14 here): ResNet-50 90%'s 7x7
@@ -364,7 +438,9 @@ void SpmmJit::run(const SparseMatrix& a, std::span<const int64_t> b_row_offsets,
   const auto blocks = static_cast<int64_t>(block_entry_.size());
   const int64_t first = (row_begin + kSpmmJitRows - 1) / kSpmmJitRows;
   const int64_t last = row_end == rows_ ? blocks : row_end / kSpmmJitRows;
-  if (!handles(epilogue) || first >= last) {
+  // Code that reads B rows out of aligned pairs relies on the packed offsets' place in a vector:
+  // another layout goes through the kernels.
+  if (!handles(epilogue) || first >= last || (reads_pairs_ && !b_row_offsets.empty())) {
     spmm(a, kernel_offsets(), row_begin, row_end, src, n, dst, ldd, epilogue);
     return;
   }
@@ -398,7 +474,16 @@ void SpmmJit::run(const SparseMatrix& a, std::span<const int64_t> b_row_offsets,
           static_cast<char*>(code_) + block_entry_[static_cast<std::size_t>(b)]);
       for (int64_t col = c0; col < c1; col += kLanes) {
         const int64_t width = std::min(kLanes, n - col);
-        call.mask = static_cast<uint16_t>((uint32_t{1} << width) - 1);
+        const uint32_t mask = (uint32_t{1} << width) - 1;
+        call.mask = static_cast<uint16_t>(mask);
+        for (int64_t high = 0; high <= kMaxPairShift; ++high) {
+          const uint32_t through = (uint32_t{1} << std::min(kLanes, high + width)) - 1;
+          for (int64_t low = 0; low <= high; ++low) {
+            call.low_masks[low][high] =
+                static_cast<uint16_t>(through & ~((uint32_t{1} << low) - 1));
+          }
+          call.high_masks[high] = static_cast<uint16_t>(mask >> (kLanes - high));
+        }
         call.src = src + col;
         call.dst = dst + skip * ldd + col;
         call.residual = epilogue.residual != nullptr

@@ -15,6 +15,14 @@
 // the kernels (docs/BENCHMARKS.md, the thirty-fifth session). The cost is code: 11-14 bytes per
 // non-zero, fetched like data, so it pays only where it stays near the core (see generate).
 //
+// A 3x3 layer's column taps read B rows 0, 1 and 2 floats past a vector boundary (the phase
+// planes of f32-conv/conv.cc start on cache lines), so two of every three loads straddled two
+// lines. B rows next to each other in the packing whose offsets lie within kMaxPairShift lanes
+// past one boundary are read out of that aligned pair of vectors, loaded once, each row shifted
+// out of it (valignd): ResNet-50's stride-1 3x3 layers at 90% 1.2-1.4x faster (bench/
+// spmm_bench.cc, one thread, Intel Emerald Rapids; docs/BENCHMARKS.md, the forty-eighth
+// session). The masks keep every load within the lanes the rows themselves read.
+//
 // Each output element still sums its row's non-zeros in increasing column order, one FMA after
 // another from zero, and the epilogue runs in the kernels' order: the bits are the spmm kernels'
 // (and a product split between the two, by rows or columns, gives the same bits as either).
@@ -33,6 +41,9 @@ namespace sparsecol::kernels {
 // Output rows per generated block: accumulators zmm0-27; zmm28-30 hold 0, clip_min and clip_max,
 // zmm31 the B row.
 inline constexpr int64_t kSpmmJitRows = 28;
+// B rows whose offsets lie at most this many lanes past a vector boundary, next to each other in
+// the packing (a 3x3 layer's column taps), are read out of one aligned pair of vectors.
+inline constexpr int kMaxPairShift = 3;
 
 class SpmmJit {
  public:
@@ -66,6 +77,9 @@ class SpmmJit {
            int64_t row_end, const float* src, int64_t n, float* dst, int64_t ldd,
            const Epilogue& epilogue) const;
 
+  // Whether some B rows are read out of aligned pairs of vectors (kMaxPairShift).
+  bool reads_pairs() const { return reads_pairs_; }
+
   // The fewest non-zeros per B row and block, on average, for which generate() makes code.
   static constexpr double kMinNonZerosPerLoad = 2.0;
 
@@ -79,6 +93,7 @@ class SpmmJit {
   std::vector<std::size_t> block_entry_;  // byte offset of each block's function in code_
   std::vector<float> values_;             // the non-zeros in the order the code reads them
   std::vector<int64_t> b_row_bytes_;      // each B row's byte offset in the packed-for layout
+  bool reads_pairs_ = false;              // some B rows are read out of aligned pairs
 };
 
 }  // namespace sparsecol::kernels

@@ -307,7 +307,7 @@ INSTANTIATE_TEST_SUITE_P(EveryKernel, SpmmKernelTest,
 // fewest for which there is code) to 3 blocks and a part, 0-80% sparsity, every epilogue the code
 // takes (and GELU or a column bias, which fall back to the kernel), row ranges that start and end
 // inside blocks, column tails, and B rows at a random stride read through the packing or
-// through the offsets of its rows in another layout.
+// through the offsets of its rows in another layout, or laid out as a 3x3 layer's taps.
 TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
   if (kernels::active_isa() != kernels::Isa::kAvx512) {
     GTEST_SKIP() << "generated code needs AVX-512: " << kernels::isa_reason();
@@ -322,21 +322,31 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
       std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
       prune(a, sparsity, rng);
       if (rows > 2) std::fill_n(a.begin() + depth, depth, 0.0f);  // an empty row
-      // Packed for B rows `packed_ld` apart, run on B rows `ld` apart half the time.
-      const int64_t packed_ld = n + static_cast<int64_t>(rng() % 20);
+      // Packed for B rows `packed_ld` apart, run on B rows `ld` apart half the time; or, a
+      // third of the time, for a 3x3 layer's taps (rows 0, 1, 2 floats past the start of planes
+      // `packed_ld` apart, a whole number of lines), read out of aligned pairs of vectors.
+      const bool taps = rng() % 3 == 0;
+      const int64_t packed_ld =
+          taps ? (n + 2 + 15) / 16 * 16 : n + static_cast<int64_t>(rng() % 20);
       const int64_t ld = rng() % 2 == 0 ? packed_ld : n + static_cast<int64_t>(rng() % 40);
+      auto row_offset = [&](int64_t k, int64_t pitch) {
+        return taps ? k / 3 * pitch + k % 3 : k * pitch;
+      };
       std::vector<int64_t> packed_rows(depth), b_rows(depth);
       for (int64_t k = 0; k < depth; ++k) {
-        packed_rows[static_cast<std::size_t>(k)] = k * packed_ld;
-        b_rows[static_cast<std::size_t>(k)] = k * ld;
+        packed_rows[static_cast<std::size_t>(k)] = row_offset(k, packed_ld);
+        b_rows[static_cast<std::size_t>(k)] = row_offset(k, ld);
       }
       const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, packed_rows);
       const auto jit = kernels::SpmmJit::generate(m);
       ASSERT_NE(jit, nullptr);
+      if (taps && depth > 1) {
+        EXPECT_TRUE(jit->reads_pairs());
+      }
       std::vector<int32_t> remapped;
       m.offsets_for(b_rows, remapped);
       const int32_t* offsets = ld == packed_ld ? m.offsets() : remapped.data();
-      const std::vector<float> b = random_vector(depth * ld, 1.0f, rng);
+      const std::vector<float> b = random_vector(b_rows.back() + n, 1.0f, rng);
 
       const int64_t r0 = static_cast<int64_t>(rng() % rows);
       const int64_t r1 = r0 + 1 + static_cast<int64_t>(rng() % (rows - r0));
@@ -414,17 +424,26 @@ TEST(SpmmJitTest, TouchesNothingOutsideItsArrays) {
                          static_cast<int64_t>(rng() % 5);
     const int64_t depth = 8 + static_cast<int64_t>(rng() % 200);
     const int64_t n = 1 + static_cast<int64_t>(rng() % 300);
-    SCOPED_TRACE(fmt::format("{} x {}, {} columns", rows, depth, n));
+    // Every other trial, B rows as a 3x3 layer's taps: three rows 0, 1 and 2 floats past the
+    // start of a line-aligned plane, read out of aligned pairs; B ends with the last row.
+    const bool taps = trial % 2 == 1;
+    SCOPED_TRACE(fmt::format("{} x {}, {} columns{}", rows, depth, n, taps ? ", taps" : ""));
     std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
     prune(a, 0.7, rng);
+    const int64_t pitch = (n + 2 + 15) / 16 * 16;
     std::vector<int64_t> b_rows(static_cast<std::size_t>(depth));
-    for (int64_t k = 0; k < depth; ++k) b_rows[static_cast<std::size_t>(k)] = k * n;
+    for (int64_t k = 0; k < depth; ++k) {
+      b_rows[static_cast<std::size_t>(k)] = taps ? k / 3 * pitch + k % 3 : k * n;
+    }
     const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
     const auto jit = kernels::SpmmJit::generate(m);
     ASSERT_NE(jit, nullptr);
+    if (taps) {
+      EXPECT_TRUE(jit->reads_pairs());
+    }
     const int64_t r0 = static_cast<int64_t>(rng() % 3);
     const int64_t r1 = rows - static_cast<int64_t>(rng() % 3);
-    const std::vector<float> b = random_vector(depth * n, 1.0f, rng);
+    const std::vector<float> b = random_vector(b_rows.back() + n, 1.0f, rng);
     const std::vector<float> row_bias = random_vector(r1 - r0, 0.5f, rng);
     const std::vector<float> residual = random_vector((r1 - r0) * n, 1.0f, rng);
     Epilogue e;
