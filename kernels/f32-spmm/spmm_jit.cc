@@ -216,9 +216,10 @@ void emit_activation(Assembler& as, std::size_t kind, int rows) {
 // Rows [row0, row0 + rows) of `a`: zero the accumulators, one FMA per non-zero in order of B
 // row (each row's own non-zeros stay in increasing column order), then the epilogue and the
 // stores, the order of store_row_tile in spmm_impl.h. The non-zeros' values are appended to
-// `values` in the order the code reads them.
+// `values` in the order the code reads them; `reads_pairs` is set where the code reads B rows
+// out of an aligned pair of vectors.
 void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
-                std::vector<float>& values, bool& has_pairs) {
+                std::vector<float>& values, bool& reads_pairs) {
   as.mov_load(kRsi, {kRdi, -1, field(offsetof(JitCall, src))});
   as.mov_load(kRdx, {kRdi, -1, field(offsetof(JitCall, values))});
   as.mov_load(kRcx, {kRdi, -1, field(offsetof(JitCall, b_row_bytes))});
@@ -311,7 +312,7 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
       if (shift > 0) as.valignd(kBRow, kPairHigh, kPairLow, shift);
       products(b_rows[g], shift > 0 ? kBRow : kPairLow);
     }
-    has_pairs = true;
+    reads_pairs = true;
   }
   as.vpxord(kZero);
   as.vbroadcastss(kClipMin, {kRdi, -1, field(offsetof(JitCall, clip_min))});
@@ -343,6 +344,21 @@ void b_row_bytes_of(const SparseMatrix& a, std::vector<int64_t>& bytes) {
   for (int64_t j = 0; j < a.nnz(); ++j) {
     bytes[static_cast<std::size_t>(a.b_rows()[j])] =
         int64_t{a.offsets()[j]} * static_cast<int64_t>(sizeof(float));
+  }
+}
+
+// The masks of a tile `width` columns wide (JitCall::mask, low_masks, high_masks), unless
+// `call` holds them already.
+void set_column_masks(int64_t width, JitCall& call) {
+  const uint32_t mask = (uint32_t{1} << width) - 1;
+  if (call.mask == mask) return;
+  call.mask = static_cast<uint16_t>(mask);
+  for (int64_t high = 0; high <= kMaxPairShift; ++high) {
+    const uint32_t through = (uint32_t{1} << std::min<int64_t>(16, high + width)) - 1;
+    for (int64_t low = 0; low <= high; ++low) {
+      call.low_masks[low][high] = static_cast<uint16_t>(through & ~((uint32_t{1} << low) - 1));
+    }
+    call.high_masks[high] = static_cast<uint16_t>(mask >> (16 - high));
   }
 }
 
@@ -473,17 +489,7 @@ void SpmmJit::run(const SparseMatrix& a, std::span<const int64_t> b_row_offsets,
       const auto fn = reinterpret_cast<void (*)(const JitCall*)>(
           static_cast<char*>(code_) + block_entry_[static_cast<std::size_t>(b)]);
       for (int64_t col = c0; col < c1; col += kLanes) {
-        const int64_t width = std::min(kLanes, n - col);
-        const uint32_t mask = (uint32_t{1} << width) - 1;
-        call.mask = static_cast<uint16_t>(mask);
-        for (int64_t high = 0; high <= kMaxPairShift; ++high) {
-          const uint32_t through = (uint32_t{1} << std::min(kLanes, high + width)) - 1;
-          for (int64_t low = 0; low <= high; ++low) {
-            call.low_masks[low][high] =
-                static_cast<uint16_t>(through & ~((uint32_t{1} << low) - 1));
-          }
-          call.high_masks[high] = static_cast<uint16_t>(mask >> (kLanes - high));
-        }
+        set_column_masks(std::min(kLanes, n - col), call);
         call.src = src + col;
         call.dst = dst + skip * ldd + col;
         call.residual = epilogue.residual != nullptr
