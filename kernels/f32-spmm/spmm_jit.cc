@@ -276,25 +276,36 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
       as.vfmadd231ps_bcast(r, b_register, {kRdx, -1, static_cast<int32_t>(4 * (v - value_at)), 4});
     }
   };
+  // B rows read on their own: loaded into kBRow, which the pairs' shifted rows also use.
+  auto alone = [&](const BRow& row) {
+    load_address(row.k);
+    as.vmovups_load(kBRow, {kRsi, kRax}, kColumnMask, true);
+    products(row, kBRow);
+  };
   for (std::size_t g = 0; g < b_rows.size();) {
-    // B rows g .. h - 1 lie in one aligned pair of vectors, shifted by up to kMaxPairShift lanes
-    // (a 3x3 layer's column taps of one input row: offsets base, base + 1, base + 2). Loading
-    // each on its own, the shifted ones straddle two cache lines, so the pair is loaded once
-    // and each row shifted out of it (see SpmmJit).
+    // The pair's members among B rows g .. h - 1 lie in one aligned pair of vectors, shifted by
+    // up to kMaxPairShift lanes (a 3x3 layer's column taps of one input row: offsets base,
+    // base + 1, base + 2). Loading each on its own, the shifted ones straddle two cache lines, so
+    // the pair is loaded once and each member shifted out of it (see SpmmJit). A row between two
+    // members that is not one (a stride-2 layer's tap kx = 1, in the other phase plane than
+    // kx = 0 and 2) is read alone, and the pair stays in its registers.
     const int64_t base = b_rows[g].offset - b_rows[g].offset % kSpmmMaxLanes;
+    auto member = [&](std::size_t i) {
+      const int64_t shift = b_rows[i].offset - base;
+      return shift >= 0 && shift <= kMaxPairShift;
+    };
     std::size_t h = g;
     int64_t low = kSpmmMaxLanes, high = 0;
     for (; h < b_rows.size(); ++h) {
-      const int64_t shift = b_rows[h].offset - base;
-      if (shift < 0 || shift > kMaxPairShift) break;
-      low = std::min(low, shift);
-      high = std::max(high, shift);
+      if (!member(h)) {
+        if (h + 1 < b_rows.size() && member(h + 1)) continue;
+        break;
+      }
+      low = std::min(low, b_rows[h].offset - base);
+      high = std::max(high, b_rows[h].offset - base);
     }
-    if (high == 0) {  // unshifted (or shifted further): the row alone, as it is
-      load_address(b_rows[g].k);
-      as.vmovups_load(kBRow, {kRsi, kRax}, kColumnMask, true);
-      products(b_rows[g], kBRow);
-      ++g;
+    if (high == 0) {  // no shifted member: the row alone, as it is
+      alone(b_rows[g++]);
       continue;
     }
     const int64_t low_mask = low * (kMaxPairShift + 1) + high;
@@ -308,6 +319,10 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
     as.vmovups_load(kPairHigh, {kRsi, kRax, to_base + 64},
                     high_mask_register(static_cast<int>(high)), true);
     for (; g < h; ++g) {
+      if (!member(g)) {
+        alone(b_rows[g]);
+        continue;
+      }
       const auto shift = static_cast<int>(b_rows[g].offset - base);
       if (shift > 0) as.valignd(kBRow, kPairHigh, kPairLow, shift);
       products(b_rows[g], shift > 0 ? kBRow : kPairLow);

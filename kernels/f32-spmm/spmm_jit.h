@@ -17,11 +17,12 @@
 //
 // A 3x3 layer's column taps read B rows 0, 1 and 2 floats past a vector boundary (the phase
 // planes of f32-conv/conv.cc start on cache lines), so two of every three loads straddled two
-// lines. B rows next to each other in the packing whose offsets lie within kMaxPairShift lanes
-// past one boundary are read out of that aligned pair of vectors, loaded once, each row shifted
-// out of it (valignd): ResNet-50's stride-1 3x3 layers at 90% 1.2-1.4x faster (bench/
-// spmm_bench.cc, one thread, Intel Emerald Rapids; docs/BENCHMARKS.md, the forty-eighth
-// session). The masks keep every load within the lanes the rows themselves read.
+// lines. B rows next to each other in the packing (or with one other row between them: a
+// stride-2 layer's tap kx = 1, in the other phase plane than kx = 0 and 2) whose offsets lie
+// within kMaxPairShift lanes past one boundary are read out of that aligned pair of vectors,
+// loaded once, each row shifted out of it (valignd): ResNet-50's stride-1 3x3 layers at
+// 90% 1.2-1.4x faster (bench/ spmm_bench.cc, one thread, Intel Emerald Rapids; docs/BENCHMARKS.md,
+// the forty-eighth session). The masks keep every load within the lanes the rows themselves read.
 //
 // Each output element still sums its row's non-zeros in increasing column order, one FMA after
 // another from zero, and the epilogue runs in the kernels' order: the bits are the spmm kernels'

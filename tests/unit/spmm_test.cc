@@ -302,6 +302,16 @@ INSTANTIATE_TEST_SUITE_P(EveryKernel, SpmmKernelTest,
                            return std::string(info.param.name);
                          });
 
+// B row k's offset where B holds a 3x3 layer's column taps (kx = k % 3) of input row k / 3 in
+// planes `pitch` floats apart, a whole number of lines: at stride 1 the taps lie 0, 1 and 2
+// floats into the row's plane; at stride 2 kx = 0 and 2 lie 0 and 1 float into its even-column
+// phase plane and kx = 1 at the start of the odd one. The generated code reads the shifted
+// taps out of aligned pairs of vectors.
+int64_t tap_offset(int64_t k, int64_t pitch, int stride) {
+  const int64_t row = k / 3, kx = k % 3;
+  return stride == 1 ? row * pitch + kx : row * 2 * pitch + (kx == 1 ? pitch : kx / 2);
+}
+
 // Code generated for a weight (spmm_jit.h) against the spmm kernel of this machine: the same
 // bits, and nothing written outside the region, over random shapes of 12 rows (at 80%, the
 // fewest for which there is code) to 3 blocks and a part, 0-80% sparsity, every epilogue the code
@@ -323,14 +333,14 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
       prune(a, sparsity, rng);
       if (rows > 2) std::fill_n(a.begin() + depth, depth, 0.0f);  // an empty row
       // Packed for B rows `packed_ld` apart, run on B rows `ld` apart half the time; or, a
-      // third of the time, for a 3x3 layer's taps (rows 0, 1, 2 floats past the start of planes
-      // `packed_ld` apart, a whole number of lines), read out of aligned pairs of vectors.
-      const bool taps = rng() % 3 == 0;
+      // third of the time, for a 3x3 layer's taps at stride 1 or 2 (tap_offset) over planes
+      // `packed_ld` apart.
+      const int taps = rng() % 3 == 0 ? 1 + static_cast<int>(rng() % 2) : 0;
       const int64_t packed_ld =
-          taps ? (n + 2 + 15) / 16 * 16 : n + static_cast<int64_t>(rng() % 20);
+          taps > 0 ? (n + 2 + 15) / 16 * 16 : n + static_cast<int64_t>(rng() % 20);
       const int64_t ld = rng() % 2 == 0 ? packed_ld : n + static_cast<int64_t>(rng() % 40);
       auto row_offset = [&](int64_t k, int64_t pitch) {
-        return taps ? k / 3 * pitch + k % 3 : k * pitch;
+        return taps > 0 ? tap_offset(k, pitch, taps) : k * pitch;
       };
       std::vector<int64_t> packed_rows(depth), b_rows(depth);
       for (int64_t k = 0; k < depth; ++k) {
@@ -340,13 +350,14 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
       const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, packed_rows);
       const auto jit = kernels::SpmmJit::generate(m);
       ASSERT_NE(jit, nullptr);
-      if (taps && depth > 1) {
+      if (taps > 0 && depth > 2) {
         EXPECT_TRUE(jit->reads_pairs());
       }
       std::vector<int32_t> remapped;
       m.offsets_for(b_rows, remapped);
       const int32_t* offsets = ld == packed_ld ? m.offsets() : remapped.data();
-      const std::vector<float> b = random_vector(b_rows.back() + n, 1.0f, rng);
+      const std::vector<float> b =
+          random_vector(*std::max_element(b_rows.begin(), b_rows.end()) + n, 1.0f, rng);
 
       const int64_t r0 = static_cast<int64_t>(rng() % rows);
       const int64_t r1 = r0 + 1 + static_cast<int64_t>(rng() % (rows - r0));
@@ -424,26 +435,27 @@ TEST(SpmmJitTest, TouchesNothingOutsideItsArrays) {
                          static_cast<int64_t>(rng() % 5);
     const int64_t depth = 8 + static_cast<int64_t>(rng() % 200);
     const int64_t n = 1 + static_cast<int64_t>(rng() % 300);
-    // Every other trial, B rows as a 3x3 layer's taps: three rows 0, 1 and 2 floats past the
-    // start of a line-aligned plane, read out of aligned pairs; B ends with the last row.
-    const bool taps = trial % 2 == 1;
-    SCOPED_TRACE(fmt::format("{} x {}, {} columns{}", rows, depth, n, taps ? ", taps" : ""));
+    // Two trials in three, B rows as a 3x3 layer's taps at stride 1 or 2 (tap_offset), read out
+    // of aligned pairs; B ends with the row that reaches furthest.
+    const int taps = trial % 3;
+    SCOPED_TRACE(fmt::format("{} x {}, {} columns, taps at stride {}", rows, depth, n, taps));
     std::vector<float> a = random_vector(rows * depth, 1.0f, rng);
     prune(a, 0.7, rng);
     const int64_t pitch = (n + 2 + 15) / 16 * 16;
     std::vector<int64_t> b_rows(static_cast<std::size_t>(depth));
     for (int64_t k = 0; k < depth; ++k) {
-      b_rows[static_cast<std::size_t>(k)] = taps ? k / 3 * pitch + k % 3 : k * n;
+      b_rows[static_cast<std::size_t>(k)] = taps > 0 ? tap_offset(k, pitch, taps) : k * n;
     }
     const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
     const auto jit = kernels::SpmmJit::generate(m);
     ASSERT_NE(jit, nullptr);
-    if (taps) {
+    if (taps > 0) {
       EXPECT_TRUE(jit->reads_pairs());
     }
     const int64_t r0 = static_cast<int64_t>(rng() % 3);
     const int64_t r1 = rows - static_cast<int64_t>(rng() % 3);
-    const std::vector<float> b = random_vector(b_rows.back() + n, 1.0f, rng);
+    const std::vector<float> b =
+        random_vector(*std::max_element(b_rows.begin(), b_rows.end()) + n, 1.0f, rng);
     const std::vector<float> row_bias = random_vector(r1 - r0, 0.5f, rng);
     const std::vector<float> residual = random_vector((r1 - r0) * n, 1.0f, rng);
     Epilogue e;
