@@ -46,8 +46,9 @@ void dwconv_layer(benchmark::State& state, const Layer& layer, DwconvMethod meth
   const sparsecol::bench::Floats weight = random(g.in_c * 9);
   const sparsecol::bench::Floats bias = random(g.in_c);
   sparsecol::bench::Floats dst(images * out_image);
+  // Relu6 as the executors fuse a Conv's Clip with no Add before it: the first activation slot.
   sparsecol::kernels::Epilogue epilogue;
-  epilogue.post_residual = sparsecol::kernels::Activation::kClip;
+  epilogue.pre_residual = sparsecol::kernels::Activation::kClip;
   epilogue.clip_max = 6.0f;
   std::vector<float> scratch;
   for (auto _ : state) {

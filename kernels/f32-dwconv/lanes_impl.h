@@ -170,15 +170,33 @@ inline void lanes_row(const float* const* rows, const Op& op, int64_t out_w, flo
 }
 
 // How store_back applies the epilogue: not at all, as one clamp (Relu, Clip: MobileNetV2's
-// Relu6), or through the generic activation switch (residual, pre-residual activation, Gelu).
+// Relu6), or through the generic activation switch (a residual, two activations, Gelu).
 enum class StoreMode { kPlain, kClamp, kGeneric };
 
+// Without a residual the two activations run one after the other, so where only one is set it is
+// the whole epilogue, in either slot. The executors fuse a Conv's Relu or Clip into the first
+// (pre_residual) when no Add comes before it, so that is where MobileNetV2's depthwise layers
+// carry their Relu6: through the generic switch they ran 1.2-1.4x slower than as one clamp
+// (bench/dwconv_bench.cc's shapes, one thread, Intel Emerald Rapids; docs/BENCHMARKS.md, the
+// forty-ninth session).
+inline Activation sole_activation(const Epilogue& e) {
+  return e.pre_residual != Activation::kNone ? e.pre_residual : e.post_residual;
+}
+
 inline StoreMode store_mode(const Epilogue& e, const PlaneView* residual) {
-  if (residual != nullptr || e.pre_residual != Activation::kNone ||
-      e.post_residual == Activation::kGelu) {
+  if (residual != nullptr ||
+      (e.pre_residual != Activation::kNone && e.post_residual != Activation::kNone)) {
     return StoreMode::kGeneric;
   }
-  return e.post_residual == Activation::kNone ? StoreMode::kPlain : StoreMode::kClamp;
+  switch (sole_activation(e)) {
+    case Activation::kNone:
+      return StoreMode::kPlain;
+    case Activation::kRelu:
+    case Activation::kClip:
+      return StoreMode::kClamp;
+    default:
+      return StoreMode::kGeneric;
+  }
 }
 
 // Calls store(std::integral_constant<StoreMode, mode>{}), so that one switch turns the mode into
@@ -206,9 +224,9 @@ struct EpilogueStore {
 
   explicit EpilogueStore(const Epilogue& epilogue)
       : e(epilogue),
-        lo(splat(e.post_residual == Activation::kRelu ? 0.0f : e.clip_min)),
-        hi(splat(e.post_residual == Activation::kRelu ? std::numeric_limits<float>::infinity()
-                                                      : e.clip_max)) {}
+        lo(splat(sole_activation(e) == Activation::kRelu ? 0.0f : e.clip_min)),
+        hi(splat(sole_activation(e) == Activation::kRelu ? std::numeric_limits<float>::infinity()
+                                                         : e.clip_max)) {}
 
   void operator()(Vec v, const float* res, int64_t count, float* dst) const {
     if constexpr (kMode == StoreMode::kClamp) {

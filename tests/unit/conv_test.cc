@@ -813,6 +813,46 @@ TEST_P(DepthwiseConvTest, ChannelLanesMatchPlanesBitForBit) {
   }
 }
 
+// One activation and no residual, in either slot: the executors put a Conv's Relu or Clip in the
+// first (pre_residual) where no Add comes before it, and the kernels then store through one clamp
+// (lanes_impl.h, store_mode). Clip's bounds sit inside the outputs' range and are set for Relu
+// too, which must ignore them. Both kernels, stride 1 and 2, planes narrower and wider than a
+// vector.
+TEST_P(DepthwiseConvTest, OneActivationInEitherSlotMatchesReference) {
+  const kernels::Isa isa = GetParam();
+  std::mt19937 rng(41);
+  for (const int64_t width : {7, 20}) {
+    for (const int64_t stride : {1, 2}) {
+      const ConvGeometry g = make_geometry(ConvCase{"", 19, 19, 9, width, 3, stride, 1, 1, 19});
+      for (const Activation act : {Activation::kRelu, Activation::kClip}) {
+        for (const bool first_slot : {true, false}) {
+          Epilogue e;
+          (first_slot ? e.pre_residual : e.post_residual) = act;
+          e.clip_min = -0.5f;
+          e.clip_max = 0.5f;
+          const Problem p(g, e, false, rng);
+          for (const kernels::DwconvMethod method :
+               {kernels::DwconvMethod::kPlanes, kernels::DwconvMethod::kChannelLanes}) {
+            SCOPED_TRACE(fmt::format("width {} stride {} {} in the {} slot, method {}", width,
+                                     stride, act == Activation::kRelu ? "Relu" : "Clip",
+                                     first_slot ? "first" : "second", static_cast<int>(method)));
+            std::vector<float> dst(p.expected.size(), kSentinel);
+            std::vector<float> scratch;
+            const int64_t out_plane = g.out_h * g.out_w;
+            kernels::dwconv2d_rows(g, p.weight.data(), p.bias.data(),
+                                   {const_cast<float*>(p.src.data()), 0, g.in_h * g.in_w},
+                                   {dst.data(), 0, out_plane}, 0, g.out_h, e, nullptr, scratch, isa,
+                                   method);
+            for (std::size_t i = 0; i < dst.size(); ++i) {
+              ASSERT_NEAR(dst[i], p.expected[i], 1e-4f * (1.0f + std::abs(p.expected[i]))) << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 SPARSECOL_EVERY_ISA(DepthwiseConvTest);
 
 // ---- ConvTranspose ----
