@@ -10,7 +10,10 @@
 // chosen at run time, so which accumulator each non-zero feeds is baked into the code, as is
 // each non-zero's place in a copy of the values laid out in the code's order: the code is
 // straight-line, one FMA per non-zero (7 bytes), without a branch. Each block's code runs over a
-// chunk of columns, one vector at a time, before the next block's.
+// chunk of columns, one vector at a time, before the next block's. A block's code cut into
+// segments of B rows, each run over all blocks while its part of B stays in L1 (the sums stored
+// and reloaded between segments), ran a synthetic product 1.2-1.4x faster but ResNet-50's layers
+// 0.8-1.03x (Intel Emerald Rapids; docs/BENCHMARKS.md, the fiftieth session): not kept.
 // ResNet-50's layers at 70-90% (bench/spmm_bench.cc, one thread, Zen 4): 1.1-2.1x faster than
 // the kernels (docs/BENCHMARKS.md, the thirty-fifth session). The cost is code: 11-14 bytes per
 // non-zero, fetched like data, so it pays only where it stays near the core (see generate).
