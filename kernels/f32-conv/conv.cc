@@ -75,10 +75,12 @@ struct PackedConv::Impl {
   // buffer, whose planes stay that far apart from tile to tile), made once by that product and
   // kept. Re-mapping costs a pass over the non-zeros: on a 7-row tile of a 14x14 layer about
   // what the product itself costs.
+  // Where the weight has generated code, code for that layout too (null where none was made).
   struct TileLayout {
     std::once_flag made;
     int64_t plane_stride = 0;
     std::vector<std::vector<int32_t>> offsets;
+    std::shared_ptr<const SpmmJit> jit;
   };
   mutable TileLayout tile_layout;
 
@@ -748,16 +750,15 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
   constexpr int64_t kKernelPixels = 64;
   const bool jit = impl.jit != nullptr && (impl.kind == Kind::kSpmmPhases ||
                                            (oh_end - oh_begin) * g.out_w > kKernelPixels);
-  // B's layout when it is not the one the weight was packed for (a tile buffer's planes): the
-  // offset of each B row, which is all the generated code needs; the kernels get block i's
-  // non-zeros' offsets from offsets_of(i).
-  std::span<const int64_t> jit_b_rows;
+  // The code for B's layout: the weight's own, or where B is not in the layout the weight was
+  // packed for (a tile buffer's planes), the code made for that one (TileLayout), or none.
+  const SpmmJit* code = jit ? impl.jit.get() : nullptr;
   // The product over the K-blocks in order into `out` (ldo apart), each adding to the partial
-  // sums, `last` with the last block; B at `b`.
+  // sums, `last` with the last block; B at `b`, block i's offsets for its layout offsets_of(i).
   auto product = [&](const float* b, int64_t n, float* out, int64_t ldo, const Epilogue& last,
                      auto offsets_of) {
-    if (jit) {
-      impl.jit->run(impl.sparse.front(), jit_b_rows, oc_begin, oc_end, b, n, out, ldo, last);
+    if (code != nullptr) {
+      code->run(impl.sparse.front(), offsets_of(0), oc_begin, oc_end, b, n, out, ldo, last);
       return;
     }
     for (std::size_t i = 0; i < impl.sparse.size(); ++i) {
@@ -804,19 +805,9 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
         run(packed);
         return;
       }
-      // A tile buffer (the depth-wise schedule) with other aligned planes. The code reads B
-      // through one offset per B row (one block: the whole depth), listed here per call; the
-      // kernels read one per non-zero, re-mapped once per layout (Impl::tile_layout).
+      // A tile buffer (the depth-wise schedule) with other aligned planes: the kernels' offsets
+      // re-mapped, and code generated, once for the first such layout (Impl::tile_layout).
       thread_local std::vector<int64_t> b_rows;
-      if (jit) {
-        b_rows.resize(static_cast<std::size_t>(g.in_c));
-        for (int64_t c = 0; c < g.in_c; ++c) {
-          b_rows[static_cast<std::size_t>(c)] = c * src.plane_stride;
-        }
-        jit_b_rows = b_rows;
-        run(packed);
-        return;
-      }
       auto remap = [&](std::vector<std::vector<int32_t>>& offsets) {
         offsets.resize(std::max(offsets.size(), impl.sparse.size()));
         for (std::size_t i = 0, c0 = 0; i < impl.sparse.size(); ++i) {
@@ -830,11 +821,15 @@ void sparse_conv_rows(const ConvGeometry& g, const PackedConv::Impl& impl, const
       std::call_once(kept.made, [&] {
         remap(kept.offsets);
         kept.plane_stride = src.plane_stride;
+        // A weight with code is one block: b_rows holds its layout.
+        if (impl.jit != nullptr) kept.jit = SpmmJit::generate(impl.sparse.front(), b_rows);
       });
       if (kept.plane_stride == src.plane_stride) {
+        code = jit ? kept.jit.get() : nullptr;
         run([&](std::size_t i) { return kept.offsets[i].data(); });
         return;
       }
+      code = nullptr;
       thread_local std::vector<std::vector<int32_t>> offsets;
       remap(offsets);
       run([&](std::size_t i) { return offsets[i].data(); });

@@ -22,10 +22,9 @@ namespace {
 // What a block's function reads, through its one argument (rdi); the offsets are baked into
 // the code.
 struct JitCall {
-  const float* src;            // column 0 of this tile in B row 0's frame
-  const float* values;         // the non-zeros in the order the code reads them
-  const int64_t* b_row_bytes;  // B row k starts b_row_bytes[k] bytes after src
-  float* dst;                  // the block's first row, this tile's column 0
+  const float* src;     // column 0 of this tile in B row 0's frame
+  const float* values;  // the non-zeros in the order the code reads them
+  float* dst;           // the block's first row, this tile's column 0
   int64_t ldd_bytes;
   const float* bias;  // the block's first row's bias, or null
   const float* residual;
@@ -42,7 +41,7 @@ struct JitCall {
 };
 
 // General-purpose registers by encoding.
-constexpr int kRax = 0, kRcx = 1, kRdx = 2, kRsi = 6, kRdi = 7, kR8 = 8, kR10 = 10, kR11 = 11;
+constexpr int kRdx = 2, kRsi = 6, kRdi = 7, kR8 = 8, kR10 = 10, kR11 = 11;
 // Vector registers: accumulators 0 .. kSpmmJitRows - 1, then the epilogue's constants and the
 // B row; while the products run (before the epilogue needs its constants), the first two hold an
 // aligned pair of B vectors.
@@ -213,16 +212,22 @@ void emit_activation(Assembler& as, std::size_t kind, int rows) {
   as.bind(relu_done);
 }
 
+// The vector `bytes` after src (rsi): an 8-bit displacement where it is a whole number of vectors
+// within reach (EVEX's disp8*64), else 32 bits (generate checks that every offset fits).
+Mem b_address(int64_t bytes) {
+  const bool short_form = bytes % 64 == 0 && bytes / 64 >= -128 && bytes / 64 <= 127;
+  return {kRsi, -1, static_cast<int32_t>(bytes), short_form ? 64 : 0};
+}
+
 // Rows [row0, row0 + rows) of `a`: zero the accumulators, one FMA per non-zero in order of B
 // row (each row's own non-zeros stay in increasing column order), then the epilogue and the
 // stores, the order of store_row_tile in spmm_impl.h. The non-zeros' values are appended to
 // `values` in the order the code reads them; `reads_pairs` is set where the code reads B rows
-// out of an aligned pair of vectors.
-void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
-                std::vector<float>& values, bool& reads_pairs) {
+// out of an aligned pair of vectors. B row k lies `b_row_offsets[k]` floats after src.
+void emit_block(Assembler& as, const SparseMatrix& a, std::span<const int64_t> b_row_offsets,
+                int64_t row0, int rows, std::vector<float>& values, bool& reads_pairs) {
   as.mov_load(kRsi, {kRdi, -1, field(offsetof(JitCall, src))});
   as.mov_load(kRdx, {kRdi, -1, field(offsetof(JitCall, values))});
-  as.mov_load(kRcx, {kRdi, -1, field(offsetof(JitCall, b_row_bytes))});
   as.mov_load(kR8, {kRdi, -1, field(offsetof(JitCall, dst))});
   as.mov_load(kR10, {kRdi, -1, field(offsetof(JitCall, bias))});
   as.mov_load(kR11, {kRdi, -1, field(offsetof(JitCall, residual))});
@@ -250,20 +255,14 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
   std::vector<BRow> b_rows;
   for (std::size_t i = 0; i < nonzeros.size(); ++i) {
     const auto [k, r, j] = nonzeros[i];
-    if (b_rows.empty() || b_rows.back().k != k) b_rows.push_back({k, a.offsets()[j], i, i});
+    if (b_rows.empty() || b_rows.back().k != k) {
+      b_rows.push_back({k, b_row_offsets[static_cast<std::size_t>(k)], i, i});
+    }
     b_rows.back().end = i + 1;
   }
-  // rdx and rcx step through the values and the B row table, so that every access is an 8-bit
-  // displacement from them: an FMA takes 7 bytes instead of 10, a B row's address 4 instead of
-  // 7 (the code streams from L2 once it outgrows the op cache).
-  int64_t value_at = 0, table_at = 0;   // the value and the B row they point at
-  auto load_address = [&](int32_t k) {  // rax = B row k's byte offset
-    if (k - table_at > 15) {
-      as.add_imm(kRcx, static_cast<int32_t>(8 * (k + 15 - table_at)));
-      table_at = k + 15;
-    }
-    as.mov_load(kRax, {kRcx, -1, static_cast<int32_t>(8 * (k - table_at)), 1});
-  };
+  // rdx steps through the values, so that every value is an 8-bit displacement from it: an FMA
+  // takes 7 bytes instead of 10 (the code streams from L2 once it outgrows the op cache).
+  int64_t value_at = 0;  // the value rdx points at
   auto products = [&](const BRow& row, int b_register) {
     for (std::size_t i = row.begin; i < row.end; ++i) {
       const auto [k, r, j] = nonzeros[i];
@@ -278,8 +277,7 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
   };
   // B rows read on their own: loaded into kBRow, which the pairs' shifted rows also use.
   auto alone = [&](const BRow& row) {
-    load_address(row.k);
-    as.vmovups_load(kBRow, {kRsi, kRax}, kColumnMask, true);
+    as.vmovups_load(kBRow, b_address(4 * row.offset), kColumnMask, true);
     products(row, kBRow);
   };
   for (std::size_t g = 0; g < b_rows.size();) {
@@ -313,11 +311,9 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
       as.kmovw_load(kPairLowMask, {kRdi, -1, field(offsetof(JitCall, low_masks) + 2 * low_mask)});
       low_mask_holds = low_mask;
     }
-    load_address(b_rows[g].k);
-    const auto to_base = static_cast<int32_t>(4 * (base - b_rows[g].offset));
-    as.vmovups_load(kPairLow, {kRsi, kRax, to_base}, kPairLowMask, true);
-    as.vmovups_load(kPairHigh, {kRsi, kRax, to_base + 64},
-                    high_mask_register(static_cast<int>(high)), true);
+    as.vmovups_load(kPairLow, b_address(4 * base), kPairLowMask, true);
+    as.vmovups_load(kPairHigh, b_address(4 * base + 64), high_mask_register(static_cast<int>(high)),
+                    true);
     for (; g < h; ++g) {
       if (!member(g)) {
         alone(b_rows[g]);
@@ -353,13 +349,14 @@ void emit_block(Assembler& as, const SparseMatrix& a, int64_t row0, int rows,
   as.vzeroupper_ret();
 }
 
-// The byte offset of each B row that has a non-zero, from the non-zeros' offsets.
-void b_row_bytes_of(const SparseMatrix& a, std::vector<int64_t>& bytes) {
-  bytes.assign(static_cast<std::size_t>(a.groups() * a.depth()), 0);
+// The element offset of each B row in the layout the matrix was packed for (rows without a
+// non-zero: 0, never read).
+std::vector<int64_t> packed_b_row_offsets(const SparseMatrix& a) {
+  std::vector<int64_t> offsets(static_cast<std::size_t>(a.groups() * a.depth()), 0);
   for (int64_t j = 0; j < a.nnz(); ++j) {
-    bytes[static_cast<std::size_t>(a.b_rows()[j])] =
-        int64_t{a.offsets()[j]} * static_cast<int64_t>(sizeof(float));
+    offsets[static_cast<std::size_t>(a.b_rows()[j])] = a.offsets()[j];
   }
+  return offsets;
 }
 
 // The masks of a tile `width` columns wide (JitCall::mask, low_masks, high_masks), unless
@@ -387,8 +384,14 @@ constexpr int64_t kChunkColumns = 256;
 
 }  // namespace
 
-std::shared_ptr<const SpmmJit> SpmmJit::generate(const SparseMatrix& a) {
+std::shared_ptr<const SpmmJit> SpmmJit::generate(const SparseMatrix& a,
+                                                 std::span<const int64_t> b_row_offsets) {
   if (active_isa() != Isa::kAvx512 || a.shifts() != 1 || a.groups() != 1) return nullptr;
+  if (!b_row_offsets.empty() && static_cast<int64_t>(b_row_offsets.size()) != a.depth()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("SpmmJit::generate: {} B row offsets for {} B rows",
+                            b_row_offsets.size(), a.depth()));
+  }
   // A block loads each B row it needs once; below ~2 non-zeros per load (sparser than ~93% at 28
   // rows) those loads, and each row's epilogue and store per vector of columns, outweigh what
   // the code saves. ResNet-50's layers against the spmm kernels (bench/spmm_bench.cc, one
@@ -400,13 +403,21 @@ std::shared_ptr<const SpmmJit> SpmmJit::generate(const SparseMatrix& a) {
   if (per_load < kMinNonZerosPerLoad) return nullptr;
   // At least 7 bytes per non-zero: stop before building code that could not fit.
   if (7 * a.nnz() > core_caches().l2) return nullptr;
+  const std::vector<int64_t> packed =
+      b_row_offsets.empty() ? packed_b_row_offsets(a) : std::vector<int64_t>{};
+  const std::span<const int64_t> layout = b_row_offsets.empty() ? packed : b_row_offsets;
+  // Each B row's address is a displacement in the code: it and the vector after it must fit in
+  // 32 bits.
+  for (const int64_t offset : layout) {
+    if (offset < 0 || offset > (int64_t{INT32_MAX} - 128) / 4) return nullptr;
+  }
   Assembler as;
   std::shared_ptr<SpmmJit> jit(new SpmmJit);
   jit->rows_ = a.rows();
   for (int64_t row0 = 0; row0 < a.rows(); row0 += kSpmmJitRows) {
     jit->block_entry_.push_back(as.size());
-    emit_block(as, a, row0, static_cast<int>(std::min(kSpmmJitRows, a.rows() - row0)), jit->values_,
-               jit->reads_pairs_);
+    emit_block(as, a, layout, row0, static_cast<int>(std::min(kSpmmJitRows, a.rows() - row0)),
+               jit->values_, jit->reads_pairs_);
   }
   // Code that outgrows the core's L2 streams from L3 for every chunk of columns, slower than the
   // spmm kernels read their non-zeros (8 bytes each, against 11-14 here): ResNet-50 90%'s 7x7
@@ -425,7 +436,6 @@ std::shared_ptr<const SpmmJit> SpmmJit::generate(const SparseMatrix& a) {
   jit->code_ = code;
   jit->size_ = size;
   jit->code_bytes_ = as.size();
-  b_row_bytes_of(a, jit->b_row_bytes_);
   return jit;
 }
 
@@ -438,57 +448,30 @@ bool SpmmJit::handles(const Epilogue& e) {
          e.post_residual != Activation::kGelu;
 }
 
-void SpmmJit::run(const SparseMatrix& a, std::span<const int64_t> b_row_offsets, int64_t row_begin,
-                  int64_t row_end, const float* src, int64_t n, float* dst, int64_t ldd,
+void SpmmJit::run(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
+                  const float* src, int64_t n, float* dst, int64_t ldd,
                   const Epilogue& epilogue) const {
   if (n <= 0 || row_begin >= row_end) return;
-  // The kernels' offsets, for the rows and epilogues the code leaves to them.
-  const int32_t* offsets = a.offsets();
-  const int64_t* b_row_bytes = b_row_bytes_.data();
-  if (!b_row_offsets.empty()) {
-    if (static_cast<int64_t>(b_row_offsets.size()) != a.groups() * a.depth()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("SpmmJit::run: {} B row offsets for {} B rows", b_row_offsets.size(),
-                              a.groups() * a.depth()));
-    }
-    thread_local std::vector<int64_t> remapped;
-    remapped.resize(b_row_offsets.size());
-    for (std::size_t k = 0; k < b_row_offsets.size(); ++k) {
-      remapped[k] = b_row_offsets[k] * static_cast<int64_t>(sizeof(float));
-    }
-    b_row_bytes = remapped.data();
-  }
-  auto kernel_offsets = [&] {
-    if (offsets == a.offsets() && !b_row_offsets.empty()) {
-      thread_local std::vector<int32_t> remapped;
-      a.offsets_for(b_row_offsets, remapped);
-      offsets = remapped.data();
-    }
-    return offsets;
-  };
   const auto blocks = static_cast<int64_t>(block_entry_.size());
   const int64_t first = (row_begin + kSpmmJitRows - 1) / kSpmmJitRows;
   const int64_t last = row_end == rows_ ? blocks : row_end / kSpmmJitRows;
-  // Code that reads B rows out of aligned pairs relies on the packed offsets' place in a vector:
-  // another layout goes through the kernels.
-  if (!handles(epilogue) || first >= last || (reads_pairs_ && !b_row_offsets.empty())) {
-    spmm(a, kernel_offsets(), row_begin, row_end, src, n, dst, ldd, epilogue);
+  if (!handles(epilogue) || first >= last) {
+    spmm(a, offsets, row_begin, row_end, src, n, dst, ldd, epilogue);
     return;
   }
   const int64_t jit_begin = first * kSpmmJitRows, jit_end = std::min(last * kSpmmJitRows, rows_);
   if (row_begin < jit_begin) {
-    spmm(a, kernel_offsets(), row_begin, jit_begin, src, n, dst, ldd, epilogue);
+    spmm(a, offsets, row_begin, jit_begin, src, n, dst, ldd, epilogue);
   }
   if (jit_end < row_end) {
     const int64_t skip = jit_end - row_begin;
     Epilogue later = epilogue;
     move_epilogue_to(epilogue, skip, 0, later);
-    spmm(a, kernel_offsets(), jit_end, row_end, src, n, dst + skip * ldd, ldd, later);
+    spmm(a, offsets, jit_end, row_end, src, n, dst + skip * ldd, ldd, later);
   }
 
   JitCall call{};
   call.values = values_.data();
-  call.b_row_bytes = b_row_bytes;
   call.ldd_bytes = ldd * static_cast<int64_t>(sizeof(float));
   call.residual_ld_bytes = epilogue.residual_ld * static_cast<int64_t>(sizeof(float));
   call.clip_min = epilogue.clip_min;

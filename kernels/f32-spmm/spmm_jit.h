@@ -8,14 +8,18 @@
 // columns in registers, walks the block's non-zeros by B row, loads each B row once per block
 // and FMAs it into the accumulator of every row that has a non-zero there. A register cannot be
 // chosen at run time, so which accumulator each non-zero feeds is baked into the code, as is
-// each non-zero's place in a copy of the values laid out in the code's order: the code is
-// straight-line, one FMA per non-zero (7 bytes), without a branch. Each block's code runs over a
+// each non-zero's place in a copy of the values laid out in the code's order, and each B row's
+// place in B: the code is straight-line, one FMA per non-zero (7 bytes), without a branch. A B
+// row's address as a displacement, rather than one read from a table of offsets per B row,
+// saves a load per B row, a third of the loads at 90% sparsity: ResNet-50's layers at 80-90%
+// 1.02-1.18x faster (one thread, Intel Emerald Rapids; docs/BENCHMARKS.md, the fiftieth
+// session). So the code serves the one layout of B it was made for. Each block's code runs over a
 // chunk of columns, one vector at a time, before the next block's. A block's code cut into
 // segments of B rows, each run over all blocks while its part of B stays in L1 (the sums stored
 // and reloaded between segments), ran a synthetic product 1.2-1.4x faster but ResNet-50's layers
 // 0.8-1.03x (Intel Emerald Rapids; docs/BENCHMARKS.md, the fiftieth session): not kept.
 // ResNet-50's layers at 70-90% (bench/spmm_bench.cc, one thread, Zen 4): 1.1-2.1x faster than
-// the kernels (docs/BENCHMARKS.md, the thirty-fifth session). The cost is code: 11-14 bytes per
+// the kernels (docs/BENCHMARKS.md, the thirty-fifth session). The cost is code: 10-14 bytes per
 // non-zero, fetched like data, so it pays only where it stays near the core (see generate).
 //
 // A 3x3 layer's column taps read B rows 0, 1 and 2 floats past a vector boundary (the phase
@@ -51,35 +55,34 @@ inline constexpr int kMaxPairShift = 3;
 
 class SpmmJit {
  public:
-  // Code for `a` (packed unshifted, one group), or null where it would not pay (fewer than
-  // kMinNonZerosPerLoad non-zeros per B row and block, or code larger than the core's L2), where
-  // this process cannot run AVX-512 (active_isa(), so SPARSECOL_MAX_ISA turns it off too), or
+  // Code for `a` (packed unshifted, one group) reading B row k `b_row_offsets[k]` floats after
+  // the src it is handed (a.depth() entries; empty: the layout `a` was packed for), or null where
+  // it would not pay (fewer than kMinNonZerosPerLoad non-zeros per B row and block, or code
+  // larger than the core's L2), where this process cannot run AVX-512 (active_isa(), so
+  // SPARSECOL_MAX_ISA turns it off too), where an offset does not fit a 32-bit displacement, or
   // where the system refuses executable memory.
-  static std::shared_ptr<const SpmmJit> generate(const SparseMatrix& a);
+  static std::shared_ptr<const SpmmJit> generate(const SparseMatrix& a,
+                                                 std::span<const int64_t> b_row_offsets = {});
 
   SpmmJit(const SpmmJit&) = delete;
   SpmmJit& operator=(const SpmmJit&) = delete;
   ~SpmmJit();
 
-  // The code and the data it reads: the values in its order, the B row offsets.
+  // The code and the data it reads: the values in its order.
   int64_t bytes() const {
-    return static_cast<int64_t>(code_bytes_ + values_.size() * sizeof(float) +
-                                b_row_bytes_.size() * sizeof(int64_t));
+    return static_cast<int64_t>(code_bytes_ + values_.size() * sizeof(float));
   }
 
   // Whether the generated code applies this epilogue (every part but GELU and a column bias).
   static bool handles(const Epilogue& epilogue);
 
   // spmm(a, offsets, row_begin, row_end, src, n, dst, ldd, epilogue) without accumulate, where
-  // `a` is the matrix the code was generated for and `b_row_offsets` the element offset of each of
-  // its B rows in the layout of `src` (groups * depth entries, as SparseMatrix takes them), or
-  // empty for the layout `a` was packed for. The code reads B through a table of one offset per
-  // B row, so another layout (a tile buffer of the depth-wise schedule) costs a pass over the B
-  // rows, not one over the non-zeros. Rows outside whole blocks of kSpmmJitRows, and an epilogue
-  // the code does not handle, run through the spmm kernel: the same bits. Single-threaded.
-  void run(const SparseMatrix& a, std::span<const int64_t> b_row_offsets, int64_t row_begin,
-           int64_t row_end, const float* src, int64_t n, float* dst, int64_t ldd,
-           const Epilogue& epilogue) const;
+  // `a` is the matrix the code was generated for, src holds B in the layout it was generated
+  // for, and `offsets` are the kernels' offsets for that layout (a.offsets() for the packed one):
+  // rows outside whole blocks of kSpmmJitRows, and an epilogue the code does not handle, run
+  // through the spmm kernel with them, giving the same bits. Single-threaded.
+  void run(const SparseMatrix& a, const int32_t* offsets, int64_t row_begin, int64_t row_end,
+           const float* src, int64_t n, float* dst, int64_t ldd, const Epilogue& epilogue) const;
 
   // Whether some B rows are read out of aligned pairs of vectors (kMaxPairShift).
   bool reads_pairs() const { return reads_pairs_; }
@@ -96,7 +99,6 @@ class SpmmJit {
   int64_t rows_ = 0;
   std::vector<std::size_t> block_entry_;  // byte offset of each block's function in code_
   std::vector<float> values_;             // the non-zeros in the order the code reads them
-  std::vector<int64_t> b_row_bytes_;      // each B row's byte offset in the packed-for layout
   bool reads_pairs_ = false;              // some B rows are read out of aligned pairs
 };
 

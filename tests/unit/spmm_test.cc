@@ -316,15 +316,15 @@ int64_t tap_offset(int64_t k, int64_t pitch, int stride) {
 // bits, and nothing written outside the region, over random shapes of 12 rows (at 80%, the
 // fewest for which there is code) to 3 blocks and a part, 0-80% sparsity, every epilogue the code
 // takes (and GELU or a column bias, which fall back to the kernel), row ranges that start and end
-// inside blocks, column tails, and B rows at a random stride read through the packing or
-// through the offsets of its rows in another layout, or laid out as a 3x3 layer's taps.
+// inside blocks, column tails, and B rows at a random stride, in the layout of the packing or
+// in another one the code was made for, or laid out as a 3x3 layer's taps.
 TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
   if (kernels::active_isa() != kernels::Isa::kAvx512) {
     GTEST_SKIP() << "generated code needs AVX-512: " << kernels::isa_reason();
   }
   std::mt19937 rng(31);
   for (const double sparsity : {0.0, 0.5, 0.8}) {
-    for (int trial = 0; trial < 12; ++trial) {
+    for (int trial = 0; trial < 16; ++trial) {
       const int64_t rows = 12 + static_cast<int64_t>(rng() % (3 * kernels::kSpmmJitRows));
       const int64_t depth = 1 + static_cast<int64_t>(rng() % 300);
       const int64_t n = 1 + static_cast<int64_t>(rng() % 400);
@@ -348,9 +348,13 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
         b_rows[static_cast<std::size_t>(k)] = row_offset(k, ld);
       }
       const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, packed_rows);
-      const auto jit = kernels::SpmmJit::generate(m);
+      // Code for the layout B is in: the packing's (named by its offsets half the time, by
+      // none the other half), or the other one.
+      const bool packed = ld == packed_ld;
+      const auto jit = packed && rng() % 2 == 0 ? kernels::SpmmJit::generate(m)
+                                                : kernels::SpmmJit::generate(m, b_rows);
       ASSERT_NE(jit, nullptr);
-      if (taps > 0 && depth > 2) {
+      if (taps > 0 && depth > 2 && packed) {
         EXPECT_TRUE(jit->reads_pairs());
       }
       std::vector<int32_t> remapped;
@@ -359,8 +363,10 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
       const std::vector<float> b =
           random_vector(*std::max_element(b_rows.begin(), b_rows.end()) + n, 1.0f, rng);
 
-      const int64_t r0 = static_cast<int64_t>(rng() % rows);
-      const int64_t r1 = r0 + 1 + static_cast<int64_t>(rng() % (rows - r0));
+      // Rows from the first or a random one, to the last or a random one: most ranges hold a
+      // whole block, which the code computes (the rest run through the kernel).
+      const int64_t r0 = rng() % 2 == 0 ? 0 : static_cast<int64_t>(rng() % rows);
+      const int64_t r1 = rng() % 2 == 0 ? rows : r0 + 1 + static_cast<int64_t>(rng() % (rows - r0));
       const int64_t ldd = n + 3;
       EpilogueData ed = random_epilogue(rows, n, ldd, rng);
       if (rng() % 4 != 0) {  // mostly an epilogue the code takes
@@ -374,11 +380,7 @@ TEST(SpmmJitTest, GivesTheKernelsBitsOnRandomRegions) {
       if (e.residual != nullptr) e.residual += r0 * e.residual_ld;
       std::vector<float> want(static_cast<std::size_t>(rows * ldd), kSentinel), have = want;
       kernels::spmm(m, offsets, r0, r1, b.data(), n, want.data() + r0 * ldd, ldd, e);
-      // The code reads B's layout from its rows' offsets, or from the packing when none are
-      // given.
-      const std::span<const int64_t> layout =
-          ld == packed_ld && r0 % 2 == 0 ? std::span<const int64_t>{} : b_rows;
-      jit->run(m, layout, r0, r1, b.data(), n, have.data() + r0 * ldd, ldd, e);
+      jit->run(m, offsets, r0, r1, b.data(), n, have.data() + r0 * ldd, ldd, e);
       ASSERT_EQ(have, want) << "rows [" << r0 << ", " << r1 << "), B rows " << ld << " apart";
     }
   }
@@ -474,14 +476,14 @@ TEST(SpmmJitTest, TouchesNothingOutsideItsArrays) {
       Epilogue g = e;
       g.row_bias = guarded_bias.data();
       g.residual = guarded_residual.data();
-      jit->run(m, {}, r0, r1, guarded_b.data(), n, dst.data(), n, g);
+      jit->run(m, m.offsets(), r0, r1, guarded_b.data(), n, dst.data(), n, g);
       EXPECT_EQ(dst.values(), want) << (guard == Guard::kBefore ? "guard before" : "guard after");
     }
   }
 }
 
 // Where the code would not pay (sparser than SpmmJit::kMinNonZerosPerLoad allows) or cannot
-// run the packing (shift groups), there is none.
+// run the packing (shift groups) or address B, there is none.
 TEST(SpmmJitTest, GeneratesNothingWhereItWouldNotPayOrCannotRun) {
   std::mt19937 rng(8);
   const int64_t rows = 64, depth = 200;
@@ -495,6 +497,16 @@ TEST(SpmmJitTest, GeneratesNothingWhereItWouldNotPayOrCannotRun) {
   EXPECT_EQ(kernels::SpmmJit::generate(
                 SparseMatrix(a.data(), rows, depth, depth, 1, 1, b_rows, kernels::kSpmmMaxLanes)),
             nullptr);
+  // A layout whose B rows lie beyond a 32-bit displacement: none; one of the wrong size: an
+  // error.
+  const SparseMatrix m(a.data(), rows, depth, depth, 1, 1, b_rows);
+  std::vector<int64_t> far(b_rows);
+  far.back() = int64_t{1} << 30;
+  EXPECT_EQ(kernels::SpmmJit::generate(m, far), nullptr);
+  far.pop_back();
+  if (avx512) {
+    EXPECT_THROW(kernels::SpmmJit::generate(m, far), Error);
+  }
   prune(a, 0.97, rng);  // 28 rows x 3% = 0.84 non-zeros per B row and block
   EXPECT_EQ(kernels::SpmmJit::generate(SparseMatrix(a.data(), rows, depth, depth, 1, 1, b_rows)),
             nullptr);
