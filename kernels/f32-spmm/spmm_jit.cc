@@ -420,7 +420,7 @@ std::shared_ptr<const SpmmJit> SpmmJit::generate(const SparseMatrix& a,
                jit->values_, jit->reads_pairs_);
   }
   // Code that outgrows the core's L2 streams from L3 for every chunk of columns, slower than the
-  // spmm kernels read their non-zeros (8 bytes each, against 11-14 here): ResNet-50 90%'s 7x7
+  // spmm kernels read their non-zeros (8 bytes each, against 10-14 here): ResNet-50 90%'s 7x7
   // layers (1.2-2.5 MiB of code each) ran 1.3-1.5x slower with it at batch 16 (depth-wise, 2
   // threads, Zen 4), its layer 3 (0.3-0.65 MiB) up to 1.4x faster.
   if (static_cast<int64_t>(as.size()) > core_caches().l2) return nullptr;
