@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <span>
 
 #include <fmt/format.h>
@@ -83,8 +85,13 @@ struct PackedConv::Impl {
     std::shared_ptr<const SpmmJit> jit;
   };
   mutable TileLayout tile_layout;
+  // A layer summed by halves of its input channels (kInputHalvesMaxPixels, conv.h): each half
+  // packed as a layer of its own, without the bias (added once, with the sums); `sparse` is
+  // empty then.
+  std::vector<PackedConv> input_halves;
+  int64_t input_split = 0;
 
-  bool is_sparse() const { return !sparse.empty(); }
+  bool is_sparse() const { return !sparse.empty() || !input_halves.empty(); }
   bool is_gemm() const {
     return kind == Kind::kGemm1x1 || kind == Kind::kGemmGathered1x1 || kind == Kind::kIm2colGemm ||
            kind == Kind::kImplicitGemm || kind == Kind::kPhaseGemm;
@@ -448,6 +455,14 @@ bool is_pointwise(const ConvGeometry& g) {
          g.pad_top == 0 && g.pad_left == 0 && g.in_h == g.out_h && g.in_w == g.out_w;
 }
 
+// Whether a sparse layer of this geometry sums its input channels in halves (conv.h,
+// kInputHalvesMaxPixels): 1x1, more input than output channels, at least 32 of them.
+bool sums_input_halves(const ConvGeometry& g) {
+  const int64_t pixels = g.out_h * g.out_w;
+  return is_pointwise(g) && g.groups == 1 && g.in_c > g.out_c && g.in_c >= 32 &&
+         pixels > kStackedPlanePixels && pixels <= kInputHalvesMaxPixels;
+}
+
 bool reads_taps_in_place(const ConvGeometry& g) {
   return g.groups == 1 && g.in_c >= kMinTapChannels && g.stride_h == 1 && g.stride_w == 1 &&
          g.in_w == g.out_w && g.kernel_h * g.kernel_w > 1;
@@ -550,6 +565,10 @@ void pack_phase_gemm(const ConvGeometry& g, PackedConv::Impl& impl) {
 
 PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
                        double sparse_threshold, Isa isa)
+    : PackedConv(geometry, weight, bias, sparse_threshold, isa, Halves::kAllowed) {}
+
+PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
+                       double sparse_threshold, Isa isa, Halves halves)
     : geometry_(geometry) {
   check_geometry(geometry);
   const ConvGeometry& g = geometry_;
@@ -569,7 +588,28 @@ PackedConv::PackedConv(const ConvGeometry& geometry, const float* weight, const 
                                                 : Impl::Kind::kIm2colGemm;
     if (impl->sparsity >= resolve_sparse_threshold(sparse_threshold, SparseLayerKind::kConv)) {
       impl->sparse_isa = std::min(isa, active_isa());
-      pack_sparse(g, weight, *impl);
+      if (halves == Halves::kAllowed && sums_input_halves(g)) {
+        // The first half ends on a multiple of 16 channels near the middle: where the layer
+        // before splits its output channels between two threads (blocks of whole granules).
+        impl->kind = Impl::Kind::kSpmm1x1;
+        impl->input_split = std::min(g.in_c - 1, (g.in_c / 2 + 15) / 16 * 16);
+        for (int half = 0; half < 2; ++half) {
+          const int64_t c0 = half == 0 ? 0 : impl->input_split;
+          const int64_t c1 = half == 0 ? impl->input_split : g.in_c;
+          ConvGeometry part = g;
+          part.in_c = c1 - c0;
+          std::vector<float> w(static_cast<std::size_t>(g.out_c * part.in_c));
+          for (int64_t oc = 0; oc < g.out_c; ++oc) {
+            std::copy(weight + oc * g.in_c + c0, weight + oc * g.in_c + c1,
+                      w.begin() + oc * part.in_c);
+          }
+          // A threshold of 0: the half packs sparse whatever its own sparsity.
+          impl->input_halves.push_back(
+              PackedConv(part, w.data(), nullptr, 0.0, impl->sparse_isa, Halves::kNever));
+        }
+      } else {
+        pack_sparse(g, weight, *impl);
+      }
     } else if (impl->kind == Impl::Kind::kIm2colGemm &&
                (reads_taps_in_place(g) || reads_tap_phases(g))) {
       pack_implicit_gemm(g, weight, std::min(isa, active_isa()), *impl);
@@ -593,6 +633,9 @@ const char* PackedConv::weight_format() const {
 
 int64_t PackedConv::packed_bytes() const {
   int64_t bytes = static_cast<int64_t>(impl_->bias.size() * sizeof(float));
+  for (const PackedConv& half : impl_->input_halves) {
+    bytes += half.packed_bytes() - static_cast<int64_t>(half.impl_->bias.size() * sizeof(float));
+  }
   for (const SparseMatrix& block : impl_->sparse) bytes += block.packed_bytes();
   if (impl_->jit != nullptr) bytes += impl_->jit->bytes();
   if (impl_->is_sparse()) return bytes;
@@ -627,6 +670,9 @@ std::string PackedConv::implementation() const {
                          to_string(active_isa()));
     case Impl::Kind::kSpmm1x1:
     case Impl::Kind::kSpmmGathered1x1:
+      if (!impl_->input_halves.empty()) {
+        return impl_->input_halves.front().implementation() + " in input halves";
+      }
       return fmt::format("spmm-1x1{}{}/{}",
                          impl_->kind == Impl::Kind::kSpmmGathered1x1 ? "-gathered" : "",
                          impl_->jit != nullptr ? "-jit" : "", to_string(impl_->sparse_isa));
@@ -1099,6 +1145,19 @@ void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView
   const PackedConv::Impl& impl = *conv.impl();
   check_channel_range("conv2d_region", conv, oc_begin, oc_end);
   if (oh_begin >= oh_end || oc_begin >= oc_end) return;
+  if (!impl.input_halves.empty()) {
+    // The halves' sums in a buffer of their own (the halves' products use `scratch`), planes of
+    // the region's pixels.
+    thread_local std::vector<float> sums;
+    const int64_t n = (oh_end - oh_begin) * g.out_w;
+    sums.resize(static_cast<std::size_t>(2 * g.out_c * n));
+    const PlaneView sums0{sums.data(), oh_begin, n}, sums1{sums.data() + g.out_c * n, oh_begin, n};
+    conv2d_input_half(conv, 0, src, sums0, oh_begin, oh_end, oc_begin, oc_end, scratch);
+    conv2d_input_half(conv, 1, src, sums1, oh_begin, oh_end, oc_begin, oc_end, scratch);
+    add_input_halves(conv, sums0, sums1, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue,
+                     residual);
+    return;
+  }
   if (impl.is_sparse()) {
     sparse_conv_rows(g, impl, src, dst, oh_begin, oh_end, oc_begin, oc_end, epilogue, residual,
                      scratch);
@@ -1135,7 +1194,9 @@ bool PackedConv::may_overwrite_residual() const {
   switch (impl_->kind) {
     case Impl::Kind::kSpmm1x1:
     case Impl::Kind::kSpmmGathered1x1:
-      return impl_->sparse.size() == 1;  // the product and its epilogue in one pass into dst
+      // The product and its epilogue in one pass into dst; by halves, the sums into scratch and
+      // then one pass (add_input_halves).
+      return impl_->sparse.size() == 1 || !impl_->input_halves.empty();
     case Impl::Kind::kSpmmPhases:
       return true;  // products into scratch, then finish_row adds the residual element-wise
     case Impl::Kind::kGemm1x1:
@@ -1149,6 +1210,91 @@ bool PackedConv::may_overwrite_residual() const {
 
 bool PackedConv::stacks_images() const {
   return kernels::stacks_images(geometry_, impl_->is_sparse());
+}
+
+int64_t PackedConv::input_split() const { return impl_->input_split; }
+
+void conv2d_input_half(const PackedConv& conv, int half, const PlaneView& src,
+                       const PlaneView& sums, int64_t oh_begin, int64_t oh_end, int64_t oc_begin,
+                       int64_t oc_end, std::vector<float>& scratch) {
+  const PackedConv::Impl& impl = *conv.impl();
+  if (impl.input_halves.empty() || half < 0 || half > 1) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("conv2d_input_half: half {} of {}, which {}", half, conv.implementation(),
+                    impl.input_halves.empty() ? "sums its input in one piece" : "has two"));
+  }
+  conv2d_region(impl.input_halves[static_cast<std::size_t>(half)],
+                half == 0 ? src : from_channel(src, impl.input_split), sums, oh_begin, oh_end,
+                oc_begin, oc_end, Epilogue{}, nullptr, scratch);
+}
+
+namespace {
+
+// The bounds that make an activation one clamp (Relu, Clip; none: no bounds), or nullopt (Gelu).
+std::optional<std::pair<float, float>> clamp_bounds(Activation act, const Epilogue& e) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  switch (act) {
+    case Activation::kNone:
+      return std::pair{-kInf, kInf};
+    case Activation::kRelu:
+      return std::pair{0.0f, kInf};
+    case Activation::kClip:
+      return std::pair{e.clip_min, e.clip_max};
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void add_input_halves(const PackedConv& conv, const PlaneView& sums0, const PlaneView& sums1,
+                      const PlaneView& dst, int64_t oh_begin, int64_t oh_end, int64_t oc_begin,
+                      int64_t oc_end, const Epilogue& epilogue, const PlaneView* residual) {
+  const ConvGeometry& g = conv.geometry();
+  const PackedConv::Impl& impl = *conv.impl();
+  if (impl.input_halves.empty()) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("add_input_halves: {} sums its input in one piece", conv.implementation()));
+  }
+  check_channel_range("add_input_halves", conv, oc_begin, oc_end);
+  const auto pre = clamp_bounds(epilogue.pre_residual, epilogue);
+  const auto post = clamp_bounds(epilogue.post_residual, epilogue);
+  const int64_t n = (oh_end - oh_begin) * g.out_w;  // the region's run of pixels in each plane
+  auto at = [&](const PlaneView& v, int64_t c) {
+    return v.data + c * v.plane_stride + (oh_begin - v.row0) * g.out_w;
+  };
+  for (int64_t c = oc_begin; c < oc_end; ++c) {
+    const float* a = at(sums0, c);
+    const float* b = at(sums1, c);
+    const float* res = residual != nullptr ? at(*residual, c) : nullptr;
+    float* out = at(dst, c);
+    const float bias = impl.bias[static_cast<std::size_t>(c)];
+    if (pre && post) {
+      // Relu and Clip as one clamp (max, then min), in loops that vectorize (a call per element
+      // to apply_activation would cost more than the sums); each residual element is read
+      // before its output is written (dst may be the residual).
+      const float lo = pre->first, hi = pre->second, lo2 = post->first, hi2 = post->second;
+      if (res != nullptr) {
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = std::min(std::max(a[i] + b[i] + bias, lo), hi) + res[i];
+          out[i] = std::min(std::max(v, lo2), hi2);
+        }
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          out[i] = std::min(std::max(std::min(std::max(a[i] + b[i] + bias, lo), hi), lo2), hi2);
+        }
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      float v = apply_activation(epilogue.pre_residual, a[i] + b[i] + bias, epilogue.clip_min,
+                                 epilogue.clip_max);
+      if (res != nullptr) v += res[i];
+      out[i] = apply_activation(epilogue.post_residual, v, epilogue.clip_min, epilogue.clip_max);
+    }
+  }
 }
 
 void conv2d_images(const PackedConv& conv, const float* src, float* dst, int64_t images,

@@ -115,6 +115,23 @@ inline constexpr int64_t kStackedPlanePixels = 64;
 // row, on output planes of at most kStackedPlanePixels pixels.
 bool stacks_images(const ConvGeometry& g, bool sparse);
 
+// A sparse 1x1 layer with more input than output channels, on planes of more than
+// kStackedPlanePixels and at most this many pixels (ResNet-50's 1024 -> 256 layers and
+// MobileNetV2's projections at 14x14), sums its input channels in two halves, each packed on its
+// own, and adds the two sums: every entry point does (conv2d_region through conv2d_input_half and
+// add_input_halves), so the bits do not depend on the schedule or the thread count. Why: at batch
+// 1 such a layer runs one row task per image, and two threads split it by output channels; each
+// thread then copied the whole input into line-aligned planes, half of it written last by the
+// other core (the layer before splits its output channels the same way), and these layers scaled
+// 0.96-1.2x from one core to two. By halves each thread sums the half its core wrote, over all
+// output channels, and then adds the two sums for half the output channels (the layer-by-layer
+// step, at batch 1). Against oneDNN at batch 1 on two threads (Intel Emerald Rapids, alternated
+// processes): MobileNetV2 80% 1.13-1.18x -> 1.20-1.26x, ResNet-50 90% 2.21-2.27x -> 2.36-2.50x,
+// 95% 3.22-3.26x -> 3.30-3.47x; batch 16 and the depth-wise schedule (whose tiles run the two
+// halves one after the other) within noise (docs/BENCHMARKS.md). 7x7 planes stack their images
+// at larger batches (kStackedPlanePixels) and are left out.
+inline constexpr int64_t kInputHalvesMaxPixels = 200;
+
 // Weights (and bias) packed once at load for the implementation the geometry selects.
 class PackedConv {
  public:
@@ -143,11 +160,18 @@ class PackedConv {
   bool may_overwrite_residual() const;
   // Whether conv2d_images stacks images (kernels::stacks_images).
   bool stacks_images() const;
+  // Where the layer sums its input channels in two halves (kInputHalvesMaxPixels): the first
+  // input channel of the second half; 0 where it sums them in one piece.
+  int64_t input_split() const;
 
   struct Impl;
   std::shared_ptr<const Impl> impl() const { return impl_; }
 
  private:
+  enum class Halves { kAllowed, kNever };  // kNever: a half itself
+  PackedConv(const ConvGeometry& geometry, const float* weight, const float* bias,
+             double sparse_threshold, Isa isa, Halves halves);
+
   ConvGeometry geometry_;
   std::shared_ptr<const Impl> impl_;
 };
@@ -173,6 +197,20 @@ void conv2d_region(const PackedConv& conv, const PlaneView& src, const PlaneView
                    int64_t oh_begin, int64_t oh_end, int64_t oc_begin, int64_t oc_end,
                    const Epilogue& epilogue, const PlaneView* residual,
                    std::vector<float>& scratch);
+
+// A layer with input halves (conv.input_split() > 0) in two steps, for callers that run the
+// halves on different threads: conv2d_input_half writes the raw sums of input half `half` (0:
+// channels [0, input_split()), 1: the rest; no bias, no epilogue) for output rows [oh_begin,
+// oh_end) and channels [oc_begin, oc_end) into `sums`, a view like dst; add_input_halves writes
+// post(pre(sums0 + sums1 + bias) + residual) over the same region into dst (which may be the
+// residual's own view). conv2d_region on such a layer gives the same bits. Error(kInvalidArgument)
+// for a layer without halves.
+void conv2d_input_half(const PackedConv& conv, int half, const PlaneView& src,
+                       const PlaneView& sums, int64_t oh_begin, int64_t oh_end, int64_t oc_begin,
+                       int64_t oc_end, std::vector<float>& scratch);
+void add_input_halves(const PackedConv& conv, const PlaneView& sums0, const PlaneView& sums1,
+                      const PlaneView& dst, int64_t oh_begin, int64_t oh_end, int64_t oc_begin,
+                      int64_t oc_end, const Epilogue& epilogue, const PlaneView* residual);
 
 // Whole images of a batch at once, for small planes: images [0, images) of NCHW tensors (src's
 // images in_c * in_h * in_w floats apart, dst's and the residual's out_c * out_h * out_w), output

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "graph/passes.h"
 #include "graph_builder.h"
 
@@ -125,23 +127,42 @@ int count_implementation(const std::vector<LayerInfo>& layers, const std::string
   return n;
 }
 
+// A 90%-pruned 1x1 expansion (+ Relu) from `channels` to `hidden` channels and a projection back
+// over a residual (+ Relu), on side x side planes; `seed` and the next two seed the weights.
+graph::Graph expand_and_project(int64_t channels, int64_t side, int64_t hidden, uint32_t seed) {
+  GraphBuilder b;
+  const int x = b.input("x", {-1, channels, side, side});
+  const int h = b.node(
+      "Relu",
+      {b.node("Conv", {x, b.constant("w1", pruned_tensor({hidden, channels, 1, 1}, seed, 0.9)),
+                       b.constant("b1", random_tensor({hidden}, seed + 1))})});
+  const int projection =
+      b.node("Conv", {h, b.constant("w2", pruned_tensor({channels, hidden, 1, 1}, seed + 2, 0.9))});
+  return b.finish({b.node("Relu", {b.node("Add", {projection, x})})});
+}
+
 // 90%-pruned 1x1 layers on 7x7 planes, a residual fused into the second: their images are
 // stacked, and at batch 3 the threads split them into stacks of 2 and 1 images
 // (stacked_conv_tasks), 3 threads by channel blocks too.
 TEST(SparseLayerwise, StackedImagesSplitIntoGroupsMatchReference) {
-  GraphBuilder b;
-  const int x = b.input("x", {-1, 64, 7, 7});
-  const int h =
-      b.node("Relu", {b.node("Conv", {x, b.constant("w1", pruned_tensor({96, 64, 1, 1}, 21, 0.9)),
-                                      b.constant("b1", random_tensor({96}, 22))})});
-  const int y = b.node(
-      "Relu",
-      {b.node("Add",
-              {b.node("Conv", {h, b.constant("w2", pruned_tensor({64, 96, 1, 1}, 23, 0.9))}), x})});
-  const std::vector<LayerInfo> layers =
-      expect_sparse_matches_reference(b.finish({y}), {{"x", random_tensor({3, 64, 7, 7}, 24)}});
+  const std::vector<LayerInfo> layers = expect_sparse_matches_reference(
+      expand_and_project(64, 7, 96, 21), {{"x", random_tensor({3, 64, 7, 7}, 24)}});
   EXPECT_EQ(count_format(layers, "sparse-csr"), 2);
   EXPECT_EQ(count_implementation(layers, "images stacked"), 2);
+}
+
+// A 90%-pruned expansion and projection on 14x14 planes, a residual fused into the projection:
+// the projection (more input than output channels) sums its input in two halves
+// (kernels::kInputHalvesMaxPixels), which at batch 1 on several threads run as tasks of their own
+// before the sums are added; every thread count gives the same bits, at batch 1 and 2.
+TEST(SparseLayerwise, InputHalvesOnThreadsMatchReference) {
+  const graph::Graph g = expand_and_project(32, 14, 96, 31);
+  for (const int64_t batch : {1, 2}) {
+    SCOPED_TRACE(fmt::format("batch {}", batch));
+    const std::vector<LayerInfo> layers =
+        expect_sparse_matches_reference(g, {{"x", random_tensor({batch, 32, 14, 14}, 34)}});
+    EXPECT_EQ(count_implementation(layers, "in input halves"), 1);
+  }
 }
 
 TEST(SparseLayerwise, PrunedLinearLayersMatchReference) {

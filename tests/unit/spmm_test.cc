@@ -674,6 +674,9 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       {"1x1_grouped", 24, 20, 7, 11, 1, 1, 0, 1, 4},
       // Enough input channels for K-blocks of a 1x1 layer at the lower sparsities.
       {"1x1_k_blocks", 300, 8, 5, 7, 1, 1, 0, 1, 1},
+      // More input than output channels on 70-200 pixels: summed in two halves of its input
+      // channels (conv.h, kInputHalvesMaxPixels), the halves 64 and 36 channels.
+      {"1x1_input_halves", 100, 24, 10, 14, 1, 1, 0, 1, 1},
       // Strided 1x1: gathered (conv.h, gathers_strided_pointwise), unless a tap can fall in the
       // padding (phase planes).
       {"1x1_stride2", 16, 24, 9, 13, 1, 2, 0, 1, 1},
@@ -716,6 +719,9 @@ TEST_P(SparseConvTest, MatchesReferenceConvolution) {
       // Where the code is generated for the weight (AVX-512, spmm_jit.h) nothing is shifted,
       // nor on AVX2 (conv.h, sparse_phases_shifted).
       const bool jit = conv.implementation().find("-jit") != std::string::npos;
+      ASSERT_EQ(conv.input_split() > 0, std::string_view(c.name) == "1x1_input_halves");
+      ASSERT_EQ(conv.implementation().ends_with(" in input halves"), conv.input_split() > 0)
+          << conv.implementation();
       if (std::string_view(c.name).ends_with("_shifted")) {
         ASSERT_EQ(conv.implementation().find("-shifted") != std::string::npos,
                   !jit && kernels::sparse_phases_shifted(isa))
@@ -806,6 +812,58 @@ TEST_P(SparseConvTest, PointwiseGivesTheSameBitsWhereverBLies) {
       }
     }
   }
+}
+
+// A layer summed in input halves, in the two steps a caller may run on two threads: each
+// half's sums over any rows and channels, then their sum with the epilogue, give conv2d_region's
+// bits; both steps refuse a layer that sums its input in one piece.
+TEST_P(SparseConvTest, InputHalvesInTwoStepsGiveTheBitsOfOneCall) {
+  std::mt19937 rng(79);
+  const kernels::ConvGeometry g = make_geometry({"1x1", 150, 40, 12, 14, 1, 1, 0, 1, 1});
+  const int64_t out_plane = g.out_h * g.out_w;
+  ConvProblem p(g, 0.8, rng);
+  p.has_residual = true;
+  p.epilogue.pre_residual = Activation::kRelu;
+  p.epilogue.post_residual = Activation::kClip;
+  p.epilogue.clip_min = -1.0f;
+  p.epilogue.clip_max = 2.0f;
+  const kernels::PackedConv conv(g, p.weight.data(), p.bias.data(), 0.0, GetParam());
+  ASSERT_EQ(conv.input_split(), 80);  // 75 rounded up to a multiple of 16
+  const kernels::PlaneView src{p.src.data(), 0, out_plane};
+  const kernels::PlaneView res{p.residual.data(), 0, out_plane};
+  std::vector<float> scratch;
+  std::vector<float> one(static_cast<std::size_t>(g.out_c * out_plane), kSentinel);
+  kernels::conv2d_region(conv, src, {one.data(), 0, out_plane}, 0, g.out_h, 0, g.out_c, p.epilogue,
+                         &res, scratch);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t r0 = static_cast<int64_t>(rng() % g.out_h),
+                  c0 = static_cast<int64_t>(rng() % g.out_c);
+    const int64_t r1 = r0 + 1 + static_cast<int64_t>(rng() % (g.out_h - r0));
+    const int64_t c1 = c0 + 1 + static_cast<int64_t>(rng() % (g.out_c - c0));
+    SCOPED_TRACE(fmt::format("rows [{}, {}), channels [{}, {})", r0, r1, c0, c1));
+    std::vector<float> sums[2], out(one.size(), kSentinel);
+    for (int half = 0; half < 2; ++half) {
+      sums[half].assign(one.size(), kSentinel);
+      kernels::conv2d_input_half(conv, half, src, {sums[half].data(), 0, out_plane}, r0, r1, c0, c1,
+                                 scratch);
+    }
+    kernels::add_input_halves(conv, {sums[0].data(), 0, out_plane}, {sums[1].data(), 0, out_plane},
+                              {out.data(), 0, out_plane}, r0, r1, c0, c1, p.epilogue, &res);
+    for (int64_t c = 0; c < g.out_c; ++c) {
+      for (int64_t i = 0; i < out_plane; ++i) {
+        const std::size_t at = static_cast<std::size_t>(c * out_plane + i);
+        const bool inside = c >= c0 && c < c1 && i >= r0 * g.out_w && i < r1 * g.out_w;
+        ASSERT_EQ(out[at], inside ? one[at] : kSentinel) << "channel " << c << " pixel " << i;
+      }
+    }
+  }
+  const kernels::PackedConv whole(make_geometry({"1x1", 40, 150, 12, 14, 1, 1, 0, 1, 1}),
+                                  random_vector(150 * 40, 1, rng).data(), nullptr, 0.0, GetParam());
+  EXPECT_EQ(whole.input_split(), 0);  // fewer input than output channels
+  EXPECT_THROW(kernels::conv2d_input_half(whole, 0, src, src, 0, 1, 0, 1, scratch), Error);
+  EXPECT_THROW(kernels::add_input_halves(whole, src, src, src, 0, 1, 0, 1, p.epilogue, nullptr),
+               Error);
+  EXPECT_THROW(kernels::conv2d_input_half(conv, 2, src, src, 0, 1, 0, 1, scratch), Error);
 }
 
 SPARSECOL_EVERY_ISA(SparseConvTest);

@@ -234,6 +234,10 @@ class ConvStep final : public FastStep {
       finish(ctx, epilogue_.fits);
       return;
     }
+    if (conv_.input_split() > 0 && batch_ == 1 && ctx.threads > 1) {
+      run_by_input_halves(ctx, x, y, residual);
+      return;
+    }
     const int64_t row_blocks = ceil_div(g.out_h, rows);
     const int64_t per_image = row_blocks * ceil_div(g.out_c, channels);
     parallel_for(ctx.threads, batch_ * per_image, [&](int64_t task, int thread) {
@@ -312,10 +316,43 @@ class ConvStep final : public FastStep {
     return {rows, channels_per(channel_blocks)};
   }
 
+  // A layer summed by halves of its input channels (kernels::kInputHalvesMaxPixels) at batch 1:
+  // first each half's sums over blocks of output channels, the first half's tasks first, so that
+  // with the thread queue's contiguous shares the threads that wrote the input's first channels
+  // (the layer before splits its output channels the same way) read them; then the two sums added
+  // with the epilogue, by blocks of output channels.
+  void run_by_input_halves(RunContext& ctx, const float* x, float* y, const float* residual) {
+    const kernels::ConvGeometry& g = conv_.geometry();
+    const int64_t plane = g.out_h * g.out_w;
+    float* sums = kernels::aligned_scratch(stacks_, 2 * g.out_c * plane);
+    const kernels::PlaneView src{const_cast<float*>(x), 0, g.in_h * g.in_w};
+    auto sums_of = [&](int64_t half) {
+      return kernels::PlaneView{sums + half * g.out_c * plane, 0, plane};
+    };
+    const int64_t blocks = std::max<int64_t>(1, ctx.threads / 2);
+    const int64_t per_block = ceil_div(g.out_c, blocks);
+    parallel_for(ctx.threads, 2 * blocks, [&](int64_t task, int thread) {
+      const int64_t half = task / blocks, c0 = task % blocks * per_block;
+      kernels::conv2d_input_half(conv_, static_cast<int>(half), src, sums_of(half), 0, g.out_h, c0,
+                                 std::min(g.out_c, c0 + per_block),
+                                 ctx.scratch[static_cast<std::size_t>(thread)]);
+    });
+    const int64_t add_per_block = ceil_div(g.out_c, ctx.threads);
+    parallel_for(ctx.threads, ceil_div(g.out_c, add_per_block), [&](int64_t task, int) {
+      const int64_t c0 = task * add_per_block, c1 = std::min(g.out_c, c0 + add_per_block);
+      const kernels::PlaneView dst{y, 0, plane};
+      const kernels::PlaneView res{const_cast<float*>(residual), 0, plane};
+      kernels::add_input_halves(conv_, sums_of(0), sums_of(1), dst, 0, g.out_h, c0, c1,
+                                epilogue_.kernel, residual != nullptr ? &res : nullptr);
+    });
+    finish(ctx, epilogue_.fits);
+  }
+
   kernels::PackedConv conv_;
   int64_t batch_;
   EpiloguePlan epilogue_;
-  std::vector<float> stacks_;  // the stacks the channel blocks share (run: images stacked)
+  // The stacks the channel blocks share (run: images stacked), or the sums of the input halves.
+  std::vector<float> stacks_;
 };
 
 // A 2-D Conv's or ConvTranspose's parameters, constant weight and bias (null when it has none)
