@@ -79,11 +79,13 @@ struct BenchArgs {
 };
 
 // One entry of --schedule. A schedule listed twice is measured twice (a way to see the noise).
-// "depthwise:halo" and "depthwise:rolling" pick Options::tile_reuse, to compare the two.
+// "depthwise:halo" and "depthwise:rolling" pick Options::tile_reuse, to compare the two;
+// "depthwise:tiles" runs every column as tiles, as planned (Options::measure_columns off).
 struct PathSpec {
   std::string label;
   Schedule schedule;
   std::optional<TileReuse> tile_reuse;
+  bool measure_columns = true;
 };
 
 // A --schedule entry as a schedule and an optional ":variant"; throws Error(kInvalidArgument).
@@ -92,13 +94,20 @@ PathSpec parse_path(const std::string& name) {
   PathSpec spec{name, parse_schedule(name.substr(0, colon)), std::nullopt};
   if (colon == std::string::npos) return spec;
   const std::string variant = name.substr(colon + 1);
-  if (spec.schedule != Schedule::kDepthWise || (variant != "halo" && variant != "rolling")) {
+  if (spec.schedule != Schedule::kDepthWise ||
+      (variant != "halo" && variant != "rolling" && variant != "tiles")) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("unknown path '{}': the variants are depthwise:halo and "
-                            "depthwise:rolling (how tiles get their halo rows)",
+                            "depthwise:rolling (how tiles get their halo rows) and "
+                            "depthwise:tiles (every column as tiles, none measured against its "
+                            "ops whole)",
                             name));
   }
-  spec.tile_reuse = variant == "halo" ? TileReuse::kHalo : TileReuse::kRolling;
+  if (variant == "tiles") {
+    spec.measure_columns = false;
+  } else {
+    spec.tile_reuse = variant == "halo" ? TileReuse::kHalo : TileReuse::kRolling;
+  }
   return spec;
 }
 
@@ -299,6 +308,14 @@ std::string describe_exception() {
   }
 }
 
+// --warmup, or more where a path is still measuring its columns: the timed runs see the
+// schedule it settled on.
+int warmup_runs(const Engine& engine, int warmup) {
+  const Options& options = engine.options();
+  const bool measures = options.schedule == Schedule::kDepthWise && options.measure_columns;
+  return measures ? std::max(warmup, kColumnMeasuringRuns) : warmup;
+}
+
 // Measures every path at one (batch, threads) point and appends one row per path.
 void measure_point(std::vector<PathState>& paths, const NamedTensors& feed, int64_t batch,
                    int threads, const BenchArgs& args, std::vector<BenchRow>& rows,
@@ -317,7 +334,9 @@ void measure_point(std::vector<PathState>& paths, const NamedTensors& feed, int6
       // The first run builds the path's executor for this shape and gives the outputs that
       // the paths are compared on; the others warm caches, allocator and thread pool.
       first_outputs[p] = paths[p].session->run(feed);
-      for (int i = 1; i < args.warmup; ++i) paths[p].session->run(feed);
+      for (int i = 1; i < warmup_runs(*paths[p].engine, args.warmup); ++i) {
+        paths[p].session->run(feed);
+      }
       live.push_back(p);
     } catch (...) {
       row.error = describe_exception();
@@ -455,6 +474,7 @@ int bench(const BenchArgs& args) {
         Options options;
         options.schedule = spec.schedule;
         if (spec.tile_reuse) options.tile_reuse = *spec.tile_reuse;
+        options.measure_columns = spec.measure_columns;
         options.threads = threads;
         args.tuning.apply_to(options);
         state.engine.emplace(Engine::load(args.model, options));
@@ -534,7 +554,8 @@ CommandAction setup(CLI::App& app) {
   };
   list(app.add_option("-s,--schedule", args->schedules,
                       "comma-separated execution paths to compare (depthwise, layerwise, onednn, "
-                      "cuda, cuda-sparse, reference; depthwise:halo, depthwise:rolling); the "
+                      "cuda, cuda-sparse, reference; depthwise:halo, depthwise:rolling, "
+                      "depthwise:tiles); the "
                       "first one is the baseline for speedup and agreement; one this build or "
                       "machine lacks gets an error row"))
       ->check(parse_validator([](const std::string& name) { parse_path(name); }, "PATH"))
@@ -551,7 +572,10 @@ CommandAction setup(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--warmup", args->warmup,
-                 "untimed runs of each path first; the first one's outputs are compared")
+                 fmt::format("untimed runs of each path first; the first one's outputs are "
+                             "compared (depthwise: at least {}, the runs over which it measures "
+                             "its columns as tiles and whole, unless depthwise:tiles)",
+                             kColumnMeasuringRuns))
       ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--min-reps", args->min_reps, "timed runs of each path at least, even past --time")

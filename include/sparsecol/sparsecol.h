@@ -122,6 +122,10 @@ Schedule parse_schedule(const std::string& name);
 // computes only the new ones. Results are identical either way.
 enum class TileReuse { kHalo, kRolling };
 
+// Runs over which the depth-wise schedule measures its columns (Options::measure_columns): two
+// untimed (first touches, cold caches), then four as tiles and four whole, alternately.
+inline constexpr int kColumnMeasuringRuns = 10;
+
 // Numeric precision of the GPU paths; anything but kFp32 changes results (reported as such).
 enum class GpuPrecision { kFp32, kTf32, kFp16 };
 
@@ -148,6 +152,12 @@ struct Options {
   // node that has workers, each read by that node's workers (weights x nodes of memory). No
   // effect on one node.
   bool replicate_weights = false;
+  // Depth-wise schedule: the first kColumnMeasuringRuns runs of each set of input shapes run
+  // the columns as tiles and with their ops whole (as layer by layer) on alternate runs, timed,
+  // and then keep the faster way: the planner's cache model cannot see all a machine does. Both
+  // ways give the same results. While measuring, the columns' intermediates take memory too.
+  // false: the columns run as tiles, as planned.
+  bool measure_columns = true;
   // GPU paths only.
   GpuPrecision gpu_precision = GpuPrecision::kFp32;
   bool cuda_graphs = false;  // capture each run as a CUDA Graph and replay it

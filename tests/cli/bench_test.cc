@@ -286,19 +286,25 @@ TEST_F(BenchTest, UnknownScheduleIsAUsageErrorListingTheAcceptedOnes) {
   EXPECT_TRUE(contains(result.err, "reference, layerwise, onednn")) << result.err;
 }
 
-// depthwise:halo and depthwise:rolling are the two ways tiles get their halo rows, measured as
-// two paths of one run; they compute the same bits.
-TEST_F(BenchTest, DepthwiseTileReuseVariantsAreTwoPathsWithTheSameOutputs) {
+// depthwise:halo and depthwise:rolling are the two ways tiles get their halo rows, and
+// depthwise:tiles runs every column as tiles without measuring it against its ops whole: three
+// paths of one run, the same bits. Any other variant is a usage error naming these.
+TEST_F(BenchTest, DepthwiseVariantsAreThreePathsWithTheSameOutputs) {
   const CliResult result =
-      cli(fmt::format("bench '{}' --schedule depthwise:halo,depthwise:rolling --batch 2 "
-                      "--threads 1 --time 0.2 --min-reps 2",
+      cli(fmt::format("bench '{}' --schedule depthwise:halo,depthwise:rolling,depthwise:tiles "
+                      "--batch 2 --threads 1 --time 0.2 --min-reps 2",
                       mlp()));
   ASSERT_EQ(result.code, 0) << result.err;
   const auto rows = table_rows(result.out, "mlp.onnx");
-  ASSERT_EQ(rows.size(), 2u) << result.out;
+  ASSERT_EQ(rows.size(), 3u) << result.out;
   EXPECT_EQ(rows[0][1], "depthwise:halo");
   EXPECT_EQ(rows[1][1], "depthwise:rolling");
+  EXPECT_EQ(rows[2][1], "depthwise:tiles");
   EXPECT_EQ(rows[1][11], "0.0e+00") << result.out;
+  EXPECT_EQ(rows[2][11], "0.0e+00") << result.out;
+  const CliResult unknown = cli(fmt::format("bench '{}' --schedule depthwise:fast", mlp()));
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_TRUE(contains(unknown.err, "depthwise:tiles")) << unknown.err;
 }
 
 // With turns of several runs, each turn's first run is not timed: turns of 3 give 2 timed runs

@@ -438,6 +438,21 @@ TEST_P(DepthwiseTileTest, ForcedTileHeightsDoNotChangeOutput) {
   }
 }
 
+// Options::measure_columns: a session's first runs run the columns as tiles and with their ops
+// whole, alternately, each way with its own buffers, then the faster way, so the runs after
+// the first see other placements of every intermediate: each must give the first run's output
+// (whichever way it settles: the same arithmetic).
+TEST_P(DepthwiseTileTest, MeasuringRunsDoNotChangeOutput) {
+  const ModelRun& base = run();
+  Session session = base.engine.session();
+  const double tolerance =
+      1e-6 * test::diff_tensors(base.actual, base.actual, 0, 0).max_abs_expected;
+  for (int i = 0; i < kColumnMeasuringRuns + 2; ++i) {
+    const NamedTensors outputs = session.run({{"input", base.input}});
+    EXPECT_TRUE(test::tensors_near(outputs.at("output"), base.actual, 0, tolerance)) << "run " << i;
+  }
+}
+
 TEST_P(DepthwiseTileTest, PlanReportComparesWithLayerByLayer) {
   const std::string report = run().engine.plan_report();
   std::cout << report;

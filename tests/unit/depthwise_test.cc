@@ -91,6 +91,49 @@ TEST(Depthwise, ResidualsAreWrittenOverOnlyWhereNothingReadsThemLater) {
   EXPECT_EQ(written_over(0, 9), (std::vector<bool>{true, true, false, false, false}));
 }
 
+// Options::measure_columns: an executor's first runs run the columns as tiles and with their
+// ops whole, alternately, each way in a placement of its own (whole ops write over residuals,
+// as layer by layer does); then the way its runs measured faster. Every run gives layer by
+// layer's outputs for its own inputs (none reads a buffer the other way left), and afterwards
+// the column's ops all report the way it settled on. Off, the column stays tiles.
+TEST(Depthwise, MeasuredColumnsGiveLayerByLayersOutputsEveryRunAndSettle) {
+  const graph::Graph g = residual_reuse_net(9, 10);
+  auto inputs_of_run = [](int run) {
+    return NamedTensors{{"x", random_tensor({3, 16, 9, 10}, 60 + static_cast<uint64_t>(run))}};
+  };
+  auto layerwise = runtime::make_layerwise_executor(specialized(g, inputs_of_run(0)), 2, {});
+  for (bool measure : {true, false}) {
+    Options options;
+    options.tile_rows = 3;  // one column of every op
+    options.measure_columns = measure;
+    auto executor = depthwise(g, inputs_of_run(0), 2, options);
+    for (int run = 0; run < kColumnMeasuringRuns + 3; ++run) {
+      const NamedTensors inputs = inputs_of_run(run);
+      EXPECT_TRUE(outputs_near(executor->run(inputs), layerwise->run(inputs), 0.0f))
+          << "measure " << measure << ", run " << run;
+    }
+    const std::vector<LayerInfo> layers = executor->layers();
+    std::size_t tiles = 0, whole = 0;
+    for (const LayerInfo& info : layers) {
+      tiles += info.implementation.rfind("column 0 (", 0) == 0 ? 1 : 0;
+      whole += info.implementation.rfind("whole (measured faster than column 0's tiles)", 0) == 0
+                   ? 1
+                   : 0;
+    }
+    EXPECT_TRUE((tiles == layers.size() && whole == 0) || (whole == layers.size() && tiles == 0))
+        << "measure " << measure << ": " << tiles << " ops as tiles, " << whole << " whole, of "
+        << layers.size();
+    if (!measure) {
+      EXPECT_EQ(tiles, layers.size());
+    }
+    // Whole, the column's ops write over residuals as the ops run whole by a small budget do.
+    if (whole > 0) {
+      EXPECT_EQ(written_over_residuals(layers),
+                (std::vector<bool>{true, true, false, false, false}));
+    }
+  }
+}
+
 // A column's layers report their packed weights as the steps run whole do: format and bytes.
 TEST(Depthwise, LayersInColumnsReportTheirPackedWeights) {
   Options columns;

@@ -2,6 +2,9 @@
 // tile by tile (image x row block) on a thread team pinned one thread per core, every op of the
 // column on the tile in the thread's own tile buffers, and only the column's outputs written to
 // memory. Ops outside columns run whole through the layer-by-layer steps (layerwise/steps.h).
+// Whether the columns pay is the planner's estimate from cache sizes; the first runs check it
+// (Options::measure_columns): the columns run as tiles and with their ops whole on alternate
+// runs, and then the faster way (see Columns).
 // The rows a tile's windows need beyond it (the halo) are either recomputed by every tile
 // (TileReuse::kHalo), or kept from the thread's previous tile of the same image when it ran the
 // one just before (TileReuse::kRolling: rolling line buffers; the tile queue hands each thread a
@@ -13,6 +16,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +80,19 @@ plan::PlanOptions plan_options(int threads, const Options& options) {
   return p;
 }
 
+// The plan as text, and how its columns will run.
+std::string plan_text(const graph::Graph& graph, const plan::TilePlan& plan,
+                      const Options& options) {
+  std::string text = plan::describe_plan(graph, plan);
+  if (options.measure_columns && !plan.columns.empty()) {
+    text += fmt::format(
+        "the columns run as tiles, or with their ops whole where the first {} runs measure that "
+        "faster (Options::measure_columns)\n",
+        kColumnMeasuringRuns);
+  }
+  return text;
+}
+
 // Where an op of a column reads one of its inputs on a tile.
 struct Source {
   enum class Kind { kNone, kMemory, kTile } kind = Kind::kNone;
@@ -91,7 +108,6 @@ class DepthwiseExecutor final : public Executor {
                   fmt::format("depthwise: threads must be >= 1, got {}", threads));
     }
     plan_ = plan::plan_columns(graph_, plan_options(threads_, options_));
-    tensors_.resize(graph_.values.size());
     workers_.resize(static_cast<std::size_t>(threads_));
     scratch_.resize(static_cast<std::size_t>(threads_));
     const Topology& machine = machine_topology();
@@ -102,32 +118,35 @@ class DepthwiseExecutor final : public Executor {
     build_units();
     build_kernels();
     for (std::size_t col = 0; col < columns_.size(); ++col) layout_tile_buffers(col);
-    plan_buffers();
+    if (columns_mode_ == Columns::kMeasuring) {
+      place(/*whole=*/true);
+      whole_placed_ = std::move(placed_);
+    }
+    place(/*whole=*/false);
     if (options_.verbose || verbose_from_env()) {
-      std::fprintf(stderr, "%s", plan::describe_plan(graph_, plan_).c_str());
+      std::fprintf(stderr, "%s", plan_text(graph_, plan_, options_).c_str());
     }
   }
 
   NamedTensors run(const NamedTensors& inputs) override {
-    for (int v : graph_.inputs) tensors_[index(v)] = inputs.at(value(v).name);
-    for (int v : owned_outputs_) tensors_[index(v)] = Tensor::zeros(value(v).dtype, dims(v));
-    if (profiler_ != nullptr) profiler_->begin_run(threads_);
-    layerwise::RunContext ctx{tensors_, threads_, scratch_};
-    for (Unit& unit : units_) {
-      if (unit.column >= 0) {
-        run_column(columns_[static_cast<std::size_t>(unit.column)]);
-      } else {
-        Profiler::Scope timed(profiler_, 0, graph_.nodes[static_cast<std::size_t>(unit.node)]);
-        unit.step->run(ctx);
-      }
-    }
+    if (columns_mode_ != Columns::kMeasuring)
+      return run_placed(inputs, columns_mode_ == Columns::kWhole);
+    const bool whole = measured_runs_ % 2 == 1;
+    const auto start = std::chrono::steady_clock::now();
     NamedTensors outputs;
-    for (int v : graph_.outputs) {
-      const Tensor& t = tensors_[index(v)];
-      outputs[value(v).name] = root_[index(v)] == kOwned ? t : t.clone();
+    if (whole) {
+      // In the placement for the columns' ops whole, and back whatever happens.
+      struct Swapped {
+        Placement &a, &b;
+        ~Swapped() { std::swap(a, b); }
+      } swapped{placed_, whole_placed_};
+      std::swap(placed_, whole_placed_);
+      outputs = run_placed(inputs, true);
+    } else {
+      outputs = run_placed(inputs, false);
     }
-    for (int v : graph_.inputs) tensors_[index(v)] = Tensor();
-    for (int v : owned_outputs_) tensors_[index(v)] = Tensor();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    record_measured_run(whole, took.count());
     return outputs;
   }
 
@@ -138,16 +157,20 @@ class DepthwiseExecutor final : public Executor {
         const graph::Node& node = graph_.nodes[static_cast<std::size_t>(unit.node)];
         infos.push_back(describe_node(graph_, node));
         unit.step->describe(infos.back());
-        if (std::find(written_over_.begin(), written_over_.end(), node.outputs[0]) !=
-            written_over_.end()) {
-          infos.back().implementation += layerwise::kWrittenOverInput;
-        }
+        if (written_over(node)) infos.back().implementation += layerwise::kWrittenOverInput;
         continue;
       }
       const ColumnRun& run = columns_[static_cast<std::size_t>(unit.column)];
       for (std::size_t i = 0; i < run.column->ops.size(); ++i) {
         const graph::Node& node = graph_.nodes[static_cast<std::size_t>(run.column->ops[i].node)];
         infos.push_back(describe_node(graph_, node));
+        if (columns_mode_ == Columns::kWhole) {
+          run.whole[i]->describe(infos.back());
+          infos.back().implementation = fmt::format(
+              "whole (measured faster than column {}'s tiles): {}{}", unit.column,
+              infos.back().implementation, written_over(node) ? layerwise::kWrittenOverInput : "");
+          continue;
+        }
         run.kernels[0][i]->describe(infos.back());
         infos.back().implementation =
             fmt::format("column {} ({} rows/tile): {}{}", unit.column, run.column->tile_rows,
@@ -159,8 +182,55 @@ class DepthwiseExecutor final : public Executor {
   }
 
  private:
+  // One run in placed_, with the columns as tiles or their ops `whole`.
+  NamedTensors run_placed(const NamedTensors& inputs, bool whole) {
+    for (int v : graph_.inputs) placed_.tensors[index(v)] = inputs.at(value(v).name);
+    for (int v : placed_.owned_outputs) {
+      placed_.tensors[index(v)] = Tensor::zeros(value(v).dtype, dims(v));
+    }
+    if (profiler_ != nullptr) profiler_->begin_run(threads_);
+    layerwise::RunContext ctx{placed_.tensors, threads_, scratch_};
+    for (Unit& unit : units_) {
+      if (unit.column < 0) {
+        Profiler::Scope timed(profiler_, 0, graph_.nodes[index(unit.node)]);
+        unit.step->run(ctx);
+        continue;
+      }
+      ColumnRun& run = columns_[index(unit.column)];
+      if (!whole) {
+        run_column(run);
+        continue;
+      }
+      for (std::size_t i = 0; i < run.whole.size(); ++i) {
+        Profiler::Scope timed(profiler_, 0, graph_.nodes[index(run.column->ops[i].node)]);
+        run.whole[i]->run(ctx);
+      }
+    }
+    NamedTensors outputs;
+    for (int v : graph_.outputs) {
+      const Tensor& t = placed_.tensors[index(v)];
+      outputs[value(v).name] = placed_.root[index(v)] == kOwned ? t : t.clone();
+    }
+    for (int v : graph_.inputs) placed_.tensors[index(v)] = Tensor();
+    for (int v : placed_.owned_outputs) placed_.tensors[index(v)] = Tensor();
+    return outputs;
+  }
+
   static constexpr int kNotPlanned = -1;  // constant, caller input, or a column's intermediate
   static constexpr int kOwned = -2;       // graph output, allocated per run
+
+  // How the columns run (Options::measure_columns): as tiles, or every column's ops whole (as
+  // layer by layer), or not decided yet: the two ways on alternate runs, each in a placement of
+  // its own (whole ops write over residuals, and reuse buffers op by op, as layer by layer),
+  // until each way has kMeasuredRuns timed runs after one untimed (first touches of its
+  // buffers), then the way with the faster median. Whole runs, not columns, are timed and
+  // chosen: a column's time depends on how the column before it wrote its input (rows per
+  // thread as tiles, channel blocks whole), and column by column choices timed with every column
+  // run the same way mixed ways never timed together (MobileNetV2 at batch 1 ran 3% slower).
+  // On a 2-core Emerald Rapids VM at batch 1, ResNet-50 90% ran 0.92-0.94x of layer by layer as
+  // tiles and 0.97-1.03x measured (its ops whole); MobileNetV2 ran its tiles.
+  enum class Columns { kMeasuring, kTiles, kWhole };
+  static constexpr std::size_t kMeasuredRuns = (kColumnMeasuringRuns - 2) / 2;
 
   // One column bound to kernels, with the source of every op input.
   struct ColumnRun {
@@ -175,12 +245,23 @@ class DepthwiseExecutor final : public Executor {
     std::vector<int64_t> offset, plane_stride;
     int64_t arena_bytes = 0;
     bool rolling = false;
+    // The column's ops as whole steps (Options::measure_columns).
+    std::vector<std::unique_ptr<layerwise::Step>> whole;
   };
   // What runs in order: a column, or one node whole.
   struct Unit {
     int column = -1;
     int node = -1;
     std::unique_ptr<layerwise::Step> step;
+  };
+  // Where the values in memory live, for one way of running the columns.
+  struct Placement {
+    std::vector<Tensor> tensors;  // by value id: arena views, constants, inputs/outputs per run
+    std::vector<int> root;        // value whose buffer a value lives in, or kNotPlanned/kOwned
+    // Outputs of whole nodes placed in the buffer of an input their step writes over.
+    std::vector<int> written_over;
+    std::vector<int> owned_outputs;
+    plan::Arena arena;
   };
   // A worker's own memory, grown by the worker itself so that first touch places it on the
   // worker's NUMA node (Linux allocates a page on the node of the thread that first writes it).
@@ -191,49 +272,74 @@ class DepthwiseExecutor final : public Executor {
   static std::size_t index(int id) { return static_cast<std::size_t>(id); }
   const graph::Value& value(int id) const { return graph_.values[index(id)]; }
   std::vector<int64_t> dims(int id) const { return graph_.concrete_dims(id); }
+  bool written_over(const graph::Node& node) const {
+    return std::find(placed_.written_over.begin(), placed_.written_over.end(), node.outputs[0]) !=
+           placed_.written_over.end();
+  }
 
   void build_units() {
-    root_.assign(graph_.values.size(), kNotPlanned);
-    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
-      if (graph_.values[v].constant) tensors_[v] = *graph_.values[v].constant;
-      if (graph_.values[v].producer < 0 || graph_.values[v].constant) continue;
-      root_[v] = graph_.is_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
-    }
     columns_.resize(plan_.columns.size());
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
       const graph::Node& node = graph_.nodes[n];
       const int col = plan_.column_of[n];
-      if (col >= 0) {
-        const plan::Column& c = plan_.columns[static_cast<std::size_t>(col)];
-        // A column's intermediates live in tile buffers only.
-        for (const plan::TileOp& op : c.ops) {
-          const bool out =
-              std::find(c.outputs.begin(), c.outputs.end(), op.output) != c.outputs.end();
-          if (!out) root_[index(op.output)] = kNotPlanned;
-        }
-        if (c.ops.front().node == static_cast<int>(n)) {
-          bind_column(static_cast<std::size_t>(col));
-          units_.push_back(Unit{col, static_cast<int>(n), nullptr});
-        }
+      std::string why_not;
+      if (col < 0) {
+        units_.push_back(
+            Unit{-1, static_cast<int>(n),
+                 layerwise::make_whole_step(graph_, node, options_, &why_not, plan_.column_of)});
         continue;
       }
-      Unit unit{-1, static_cast<int>(n), nullptr};
-      std::string why_not;
-      if (layerwise::is_view_op(graph_, node) && !graph_.is_output(node.outputs[0])) {
-        unit.step = layerwise::make_view_step(graph_, node);
-        root_[index(node.outputs[0])] =
-            root_[index(node.input(0))] < 0 ? kNotPlanned : root_[index(node.input(0))];
-      } else {
-        unit.step = layerwise::make_fast_step(graph_, node, options_, &why_not, plan_.column_of);
-        if (unit.step == nullptr) unit.step = layerwise::make_reference_step(graph_, node);
-        // (Not a column's output: a tile may still read rows of the input, as a halo, that an
-        // earlier tile's output would already have replaced.)
-        layerwise::place_output_over_input(graph_, n, *unit.step, root_, written_over_);
+      const plan::Column& c = plan_.columns[static_cast<std::size_t>(col)];
+      if (c.ops.front().node == static_cast<int>(n)) {
+        bind_column(static_cast<std::size_t>(col));
+        units_.push_back(Unit{col, static_cast<int>(n), nullptr});
       }
-      units_.push_back(std::move(unit));
+      if (options_.measure_columns) {
+        columns_mode_ = Columns::kMeasuring;
+        columns_[static_cast<std::size_t>(col)].whole.push_back(
+            layerwise::make_whole_step(graph_, node, options_, &why_not, plan_.column_of));
+      }
     }
+  }
+
+  // placed_ anew for the columns as tiles, or their ops whole.
+  void place(bool whole) {
+    place_values(whole);
+    plan_buffers(whole);
+  }
+
+  // The buffer each value lives in (placed_.root): a whole node's output where
+  // layerwise::place_output puts it, and so for the ops of a column run whole. A column run as
+  // tiles keeps its intermediates in tile buffers only, and writes no output over an input: a
+  // tile may still read rows of the input, as a halo, that an earlier tile's output would
+  // already have replaced.
+  void place_values(bool whole) {
+    placed_.root.assign(graph_.values.size(), kNotPlanned);
     for (std::size_t v = 0; v < graph_.values.size(); ++v) {
-      if (root_[v] == kOwned) owned_outputs_.push_back(static_cast<int>(v));
+      if (graph_.values[v].producer < 0 || graph_.values[v].constant) continue;
+      placed_.root[v] = graph_.is_output(static_cast<int>(v)) ? kOwned : static_cast<int>(v);
+    }
+    placed_.written_over.clear();
+    for (const Unit& unit : units_) {
+      if (unit.column < 0) {
+        layerwise::place_output(graph_, index(unit.node), *unit.step, placed_.root,
+                                placed_.written_over);
+        continue;
+      }
+      const ColumnRun& run = columns_[index(unit.column)];
+      const plan::Column& c = *run.column;
+      for (std::size_t i = 0; i < c.ops.size(); ++i) {
+        if (whole) {
+          layerwise::place_output(graph_, index(c.ops[i].node), *run.whole[i], placed_.root,
+                                  placed_.written_over);
+        } else if (!c.is_output(static_cast<int>(i))) {
+          placed_.root[index(c.ops[i].output)] = kNotPlanned;
+        }
+      }
+    }
+    placed_.owned_outputs.clear();
+    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
+      if (placed_.root[v] == kOwned) placed_.owned_outputs.push_back(static_cast<int>(v));
     }
   }
 
@@ -322,26 +428,30 @@ class DepthwiseExecutor final : public Executor {
     }
   }
 
-  // The values in memory (column outputs, outputs of whole nodes) in one arena, planned with
-  // the units as steps: a column reads its inputs and writes its outputs during its whole unit.
-  void plan_buffers() {
-    std::vector<int> unit_of(graph_.nodes.size(), -1);
-    for (std::size_t u = 0; u < units_.size(); ++u) {
-      const Unit& unit = units_[u];
+  // The values in memory (column outputs, outputs of whole nodes; intermediates of columns
+  // not run as tiles) in one arena, planned in steps: one per node run whole (in a column run
+  // whole, too: as layer by layer, a buffer is free again once its last reader ran), one per
+  // column otherwise, which reads its inputs and writes its outputs from its first tile to its
+  // last (and while measured, either way).
+  void plan_buffers(bool whole) {
+    std::vector<int> step_of(graph_.nodes.size(), -1);
+    int step = 0;
+    for (const Unit& unit : units_) {
       if (unit.column < 0) {
-        unit_of[index(unit.node)] = static_cast<int>(u);
+        step_of[index(unit.node)] = step++;
         continue;
       }
       for (const plan::TileOp& op : columns_[index(unit.column)].column->ops) {
-        unit_of[index(op.node)] = static_cast<int>(u);
+        step_of[index(op.node)] = whole ? step++ : step;
       }
+      if (!whole) ++step;
     }
     std::vector<int> request_of(graph_.values.size(), -1);
     std::vector<int> planned;
     std::vector<plan::BufferRequest> requests;
     for (std::size_t v = 0; v < graph_.values.size(); ++v) {
-      if (root_[v] != static_cast<int>(v)) continue;
-      const int u = unit_of[index(graph_.values[v].producer)];
+      if (placed_.root[v] != static_cast<int>(v)) continue;
+      const int u = step_of[index(graph_.values[v].producer)];
       const auto size = static_cast<int64_t>(checked_numel(dims(static_cast<int>(v))) *
                                              static_cast<int64_t>(dtype_size(value(v).dtype)));
       request_of[v] = static_cast<int>(requests.size());
@@ -350,30 +460,61 @@ class DepthwiseExecutor final : public Executor {
     }
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
       for (int v : graph_.nodes[n].inputs) {
-        if (v < 0 || root_[index(v)] < 0) continue;
-        plan::BufferRequest& r = requests[index(request_of[index(root_[index(v)])])];
-        r.last_step = std::max(r.last_step, unit_of[n]);
+        if (v < 0 || placed_.root[index(v)] < 0) continue;
+        plan::BufferRequest& r = requests[index(request_of[index(placed_.root[index(v)])])];
+        r.last_step = std::max(r.last_step, step_of[n]);
       }
     }
     const plan::MemoryPlan memory = plan::plan_memory(requests);
-    arena_ = plan::allocate_arena(memory.arena_size);
+    placed_.tensors.assign(graph_.values.size(), Tensor());
+    for (std::size_t v = 0; v < graph_.values.size(); ++v) {
+      if (graph_.values[v].constant) placed_.tensors[v] = *graph_.values[v].constant;
+    }
+    placed_.arena = plan::allocate_arena(memory.arena_size);
     for (std::size_t b = 0; b < planned.size(); ++b) {
       const int v = planned[b];
-      tensors_[index(v)] = Tensor::view(arena_.get() + memory.offsets[b], value(v).dtype, dims(v));
+      placed_.tensors[index(v)] =
+          Tensor::view(placed_.arena.get() + memory.offsets[b], value(v).dtype, dims(v));
     }
-    for (int v : written_over_) {
-      const auto b = index(request_of[index(root_[index(v)])]);
-      tensors_[index(v)] = Tensor::view(arena_.get() + memory.offsets[b], value(v).dtype, dims(v));
+    for (int v : placed_.written_over) {
+      const auto b = index(request_of[index(placed_.root[index(v)])]);
+      placed_.tensors[index(v)] =
+          Tensor::view(placed_.arena.get() + memory.offsets[b], value(v).dtype, dims(v));
     }
   }
 
   // Image `image` of a value in memory, seen by the row kernels: the channel planes of an NCHW
   // image, or one token sequence ([batch, tokens, features] or [tokens, features]: one plane).
   kernels::PlaneView image_view(int v, int64_t image) const {
-    Tensor& t = const_cast<Tensor&>(tensors_[index(v)]);
+    Tensor& t = const_cast<Tensor&>(placed_.tensors[index(v)]);
     const int64_t per_image = t.numel() / (t.rank() == 2 ? 1 : t.dim(0));
     const int64_t plane = t.rank() == 4 ? t.dim(2) * t.dim(3) : per_image;
     return {t.data<float>() + image * per_image, 0, plane};
+  }
+
+  // One run while measuring, as tiles or whole, `seconds` long; the choice once each way has
+  // kMeasuredRuns after its first.
+  void record_measured_run(bool whole, double seconds) {
+    if (++measured_runs_ <= 2) return;
+    (whole ? whole_seconds_ : tile_seconds_).push_back(seconds);
+    if (whole_seconds_.size() < kMeasuredRuns) return;
+    const double tiles = median(tile_seconds_), wholes = median(whole_seconds_);
+    columns_mode_ = wholes < tiles ? Columns::kWhole : Columns::kTiles;
+    if (columns_mode_ == Columns::kWhole) placed_ = std::move(whole_placed_);
+    whole_placed_ = Placement{};
+    if (options_.verbose || verbose_from_env()) {
+      std::fprintf(stderr,
+                   "depthwise: a run with the columns as tiles %.0f us, with their ops whole "
+                   "%.0f us (medians of %zu runs each): %s\n",
+                   tiles * 1e6, wholes * 1e6, kMeasuredRuns,
+                   columns_mode_ == Columns::kWhole ? "ops whole" : "tiles");
+    }
+  }
+
+  static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t h = v.size() / 2;
+    return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
   }
 
   void run_column(ColumnRun& run) {
@@ -477,14 +618,15 @@ class DepthwiseExecutor final : public Executor {
   bool pin_ = false;
   std::vector<int> thread_nodes_;    // NUMA node of each worker
   depthwise::ReplicaPlan replicas_;  // which copy of the weights each worker reads
-  std::vector<Tensor> tensors_;      // by value id: arena views, constants, inputs/outputs per run
-  std::vector<int> root_;            // value whose buffer a value lives in, or kNotPlanned/kOwned
-  // Outputs of whole nodes placed in the buffer of an input their step writes over.
-  std::vector<int> written_over_;
-  std::vector<int> owned_outputs_;
-  std::vector<ColumnRun> columns_;  // per plan column
-  std::vector<Unit> units_;         // in graph order
-  plan::Arena arena_;
+  std::vector<ColumnRun> columns_;   // per plan column
+  std::vector<Unit> units_;          // in graph order
+  Placement placed_;
+  // How the columns run; while measuring, the runs so far, their times each way, and the
+  // placement for the runs with the columns' ops whole (placed_ is then the one for tiles).
+  Columns columns_mode_ = Columns::kTiles;
+  int measured_runs_ = 0;
+  std::vector<double> tile_seconds_, whole_seconds_;
+  Placement whole_placed_;
   std::vector<Worker> workers_;  // per thread
   // Per thread kernel scratch, one for the columns' tile kernels and the whole-node steps alike
   // (they never run at once).
@@ -501,7 +643,7 @@ std::unique_ptr<Executor> make_depthwise_executor(graph::Graph graph, int thread
 
 std::string describe_depthwise_plan(graph::Graph graph, int threads, const Options& options) {
   graph::fold_matmul_transposes(graph);  // the graph the executor plans
-  return plan::describe_plan(graph, plan::plan_columns(graph, plan_options(threads, options)));
+  return plan_text(graph, plan::plan_columns(graph, plan_options(threads, options)), options);
 }
 
 }  // namespace sparsecol::runtime

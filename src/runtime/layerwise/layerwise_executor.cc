@@ -93,21 +93,10 @@ class LayerwiseExecutor final : public Executor {
     }
     for (std::size_t n = 0; n < graph_.nodes.size(); ++n) {
       const graph::Node& node = graph_.nodes[n];
-      std::unique_ptr<layerwise::Step> step;
       std::string why_not;
-      if (layerwise::is_view_op(graph_, node) && !graph_.is_output(node.outputs[0])) {
-        step = layerwise::make_view_step(graph_, node);
-        // The view shares its input's bytes: plan them as one buffer.
-        root_[static_cast<std::size_t>(node.outputs[0])] =
-            root_[static_cast<std::size_t>(node.input(0))];
-        if (root_[static_cast<std::size_t>(node.outputs[0])] < 0) {
-          root_[static_cast<std::size_t>(node.outputs[0])] = kNotPlanned;
-        }
-      } else {
-        step = layerwise::make_fast_step(graph_, node, options_, &why_not);
-        if (step == nullptr) step = layerwise::make_reference_step(graph_, node);
-        layerwise::place_output_over_input(graph_, n, *step, root_, written_over_);
-      }
+      std::unique_ptr<layerwise::Step> step =
+          layerwise::make_whole_step(graph_, node, options_, &why_not);
+      layerwise::place_output(graph_, n, *step, root_, written_over_);
       if (verbose) {
         std::fprintf(stderr, "layerwise: %s '%s': %s%s\n", node.op_type.c_str(), node.name.c_str(),
                      step->implementation().c_str(),

@@ -1630,4 +1630,26 @@ std::unique_ptr<Step> make_view_step(const graph::Graph& graph, const graph::Nod
                                     *dims_of(graph, node.outputs[0]));
 }
 
+std::unique_ptr<Step> make_whole_step(const graph::Graph& graph, const graph::Node& node,
+                                      const Options& options, std::string* why_not,
+                                      std::span<const int> column_of) {
+  if (is_view_op(graph, node) && !graph.is_output(node.outputs[0])) {
+    return make_view_step(graph, node);
+  }
+  std::unique_ptr<Step> step = make_fast_step(graph, node, options, why_not, column_of);
+  return step != nullptr ? std::move(step) : make_reference_step(graph, node);
+}
+
+void place_output(const graph::Graph& graph, std::size_t n, const Step& step,
+                  std::vector<int>& root, std::vector<int>& written_over, bool may_write_over) {
+  const graph::Node& node = graph.nodes[n];
+  if (is_view_op(graph, node) && !graph.is_output(node.outputs[0])) {
+    // The view shares its input's bytes: planned as one buffer.
+    root[static_cast<std::size_t>(node.outputs[0])] =
+        std::max(root[static_cast<std::size_t>(node.input(0))], -1);
+  } else if (may_write_over) {
+    place_output_over_input(graph, n, step, root, written_over);
+  }
+}
+
 }  // namespace sparsecol::runtime::layerwise

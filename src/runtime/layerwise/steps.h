@@ -91,4 +91,16 @@ std::unique_ptr<Step> make_reference_step(const graph::Graph& graph, const graph
 bool is_view_op(const graph::Graph& graph, const graph::Node& node);
 std::unique_ptr<Step> make_view_step(const graph::Graph& graph, const graph::Node& node);
 
+// Node `node`'s step when it runs whole: a view of its input (is_view_op, unless the output is
+// the graph's), else its fast step (make_fast_step, `why_not` saying why there is none), else the
+// reference op.
+std::unique_ptr<Step> make_whole_step(const graph::Graph& graph, const graph::Node& node,
+                                      const Options& options, std::string* why_not,
+                                      std::span<const int> column_of = {});
+// Places node n's output as its whole step runs: a view's in its input's buffer (-1 where that
+// is unplanned), else over an input where `may_write_over` and place_output_over_input allow.
+void place_output(const graph::Graph& graph, std::size_t n, const Step& step,
+                  std::vector<int>& root, std::vector<int>& written_over,
+                  bool may_write_over = true);
+
 }  // namespace sparsecol::runtime::layerwise
