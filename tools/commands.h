@@ -77,6 +77,7 @@ struct EngineTuning {
   int64_t cache_budget_kib = 0;    // Options::cache_budget_bytes / 1024; 0: 3/4 of the machine's L2
   int tile_rows = 0;               // Options::tile_rows; 0: chosen per column
   int64_t shared_cache_kib = 0;    // Options::shared_cache_bytes / 1024; 0: hwloc's L3
+  bool keep_tiles = false;         // Options::measure_columns off
 
   void add_to(CLI::App& app);
   void apply_to(Options& options) const;

@@ -117,6 +117,11 @@ void EngineTuning::add_to(CLI::App& app) {
                  "for a transformer's columns) (0: chosen per column from the cache budget)")
       ->check(at_least(0))
       ->capture_default_str();
+  app.add_flag("--keep-tiles", keep_tiles,
+               fmt::format("depth-wise schedule: run the columns as tiles, as planned (default: a "
+                           "session's first {} runs time them as tiles and with their ops whole, "
+                           "and keep the faster way)",
+                           kColumnMeasuringRuns));
 }
 
 void EngineTuning::apply_to(Options& options) const {
@@ -124,6 +129,7 @@ void EngineTuning::apply_to(Options& options) const {
   options.cache_budget_bytes = cache_budget_kib * 1024;
   options.tile_rows = tile_rows;
   options.shared_cache_bytes = shared_cache_kib * 1024;
+  if (keep_tiles) options.measure_columns = false;
 }
 
 CLI::Validator at_least(int64_t minimum) {

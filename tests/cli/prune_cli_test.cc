@@ -172,6 +172,14 @@ TEST_F(PruneCliTest, InspectTakesTheEngineTuningFlags) {
   ASSERT_EQ(plan.code, 0) << plan.err;
   EXPECT_TRUE(contains(plan.out, "L2 budget 256.0 KiB per core")) << plan.out;
   EXPECT_TRUE(contains(plan.out, "tile height forced to 3 rows")) << plan.out;
+  // The columns are measured against their ops whole unless --keep-tiles.
+  const std::string measured = "where the first 10 runs measure that faster";
+  EXPECT_TRUE(contains(plan.out, measured)) << plan.out;
+  const CliResult kept =
+      cli(fmt::format("inspect '{}' --plan --tile-rows 3 --cache-budget 256 --keep-tiles", model_));
+  ASSERT_EQ(kept.code, 0) << kept.err;
+  EXPECT_TRUE(contains(kept.out, "tile height forced to 3 rows")) << kept.out;
+  EXPECT_FALSE(contains(kept.out, measured)) << kept.out;
   // Whatever tier the planner then picks, the plan names the L3 size it assumed.
   const CliResult shared = cli(fmt::format("inspect '{}' --plan --shared-cache 12345", model_));
   ASSERT_EQ(shared.code, 0) << shared.err;
