@@ -227,8 +227,8 @@ class DepthwiseExecutor final : public Executor {
   // chosen: a column's time depends on how the column before it wrote its input (rows per
   // thread as tiles, channel blocks whole), and column by column choices timed with every column
   // run the same way mixed ways never timed together (MobileNetV2 at batch 1 ran 3% slower).
-  // On a 2-core Emerald Rapids VM at batch 1, ResNet-50 90% ran 0.92-0.94x of layer by layer as
-  // tiles and 0.97-1.03x measured (its ops whole); MobileNetV2 ran its tiles.
+  // On a 2-core Emerald Rapids VM at batch 1, ResNet-50 90% ran 0.91-0.93x of layer by layer as
+  // tiles and 0.97-1.02x measured (its ops whole); MobileNetV2 kept its tiles (docs/BENCHMARKS.md).
   enum class Columns { kMeasuring, kTiles, kWhole };
   static constexpr std::size_t kMeasuredRuns = (kColumnMeasuringRuns - 2) / 2;
 
