@@ -155,9 +155,9 @@ struct Options {
   // Depth-wise schedule: the first kColumnMeasuringRuns runs of each set of input shapes run
   // the columns as tiles and with their ops whole (as layer by layer) on alternate runs, timed,
   // and then keep the faster way: the planner's cache model cannot see all a machine does. Both
-  // ways give the same results. Costs memory: the columns' ops packed twice (tiles and whole
-  // steps) and, while measuring, a second arena for their intermediates. false: the columns run
-  // as tiles, as planned.
+  // ways give the same results. While measuring, the columns' ops are packed twice (tile kernels
+  // and whole steps) and their intermediates take a second arena; then the way not taken is
+  // freed. false: the columns run as tiles, as planned.
   bool measure_columns = true;
   // GPU paths only.
   GpuPrecision gpu_precision = GpuPrecision::kFp32;

@@ -502,6 +502,14 @@ class DepthwiseExecutor final : public Executor {
     columns_mode_ = wholes < tiles ? Columns::kWhole : Columns::kTiles;
     if (columns_mode_ == Columns::kWhole) placed_ = std::move(whole_placed_);
     whole_placed_ = Placement{};
+    // The way not taken never runs again: its packed weights go.
+    for (ColumnRun& run : columns_) {
+      if (columns_mode_ == Columns::kWhole) {
+        run.kernels.clear();
+      } else {
+        run.whole.clear();
+      }
+    }
     if (options_.verbose || verbose_from_env()) {
       std::fprintf(stderr,
                    "depthwise: a run with the columns as tiles %.0f us, with their ops whole "
