@@ -140,6 +140,26 @@ inline Vec load_lanes(const float* first, int64_t lo, int64_t hi) {
   return load(lanes);
 #endif
 }
+// Lanes [0, count) (0 < count <= kLanes) of base[index[i] >> shift], zeros elsewhere, never
+// touching index past count (a masked vgatherdps on AVX-512 and AVX2).
+inline Vec gather_partial(const float* base, const int32_t* index, int shift, int64_t count) {
+#if defined(__AVX512F__)
+  const auto mask = static_cast<__mmask16>((1u << count) - 1);
+  const IVec at = reinterpret_cast<IVec>(_mm512_maskz_loadu_epi32(mask, index)) >> shift;
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, reinterpret_cast<__m512i>(at), base,
+                                  4);
+#elif defined(__AVX2__)
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const IVec at = reinterpret_cast<IVec>(_mm256_maskload_epi32(index, mask)) >> shift;
+  return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, reinterpret_cast<__m256i>(at),
+                                  _mm256_castsi256_ps(mask), 4);
+#else
+  Vec v = {};
+  for (int64_t i = 0; i < count; ++i) v[i] = base[index[i] >> shift];
+  return v;
+#endif
+}
 // *p in every lane, straight from memory (vbroadcastss m32): splat() of a loaded float compiles
 // to an add and a register broadcast on the kernels' critical path of issued uops.
 inline Vec broadcast(const float* p) {
@@ -180,10 +200,27 @@ inline float fmadd(float a, float b, float c) {
 }
 inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
 inline Vec vmin(Vec a, Vec b) { return a < b ? a : b; }
+// The sum of the lanes, halving: lane i + lane i + kLanes / 2, and so on down to one (a few
+// shuffles and adds instead of a chain of kLanes - 1 adds on extracted lanes).
 inline float reduce_add(Vec v) {
-  float s = 0.0f;
-  for (int i = 0; i < kLanes; ++i) s += v[i];
-  return s;
+#if defined(__AVX512F__)
+  // The same halving on the vector's halves and quarters (no _mm512_reduce_add_ps: GCC 12's
+  // _mm*_undefined_* in it trip -Wmaybe-uninitialized).
+  typedef float Half __attribute__((vector_size(32)));
+  typedef float Quarter __attribute__((vector_size(16)));
+  const Half h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Quarter q =
+      __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return (q[0] + q[2]) + (q[1] + q[3]);
+#else
+  float lanes[kLanes];
+  std::memcpy(lanes, &v, sizeof v);
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+  }
+  return lanes[0];
+#endif
 }
 inline float reduce_max(Vec v) {
   float m = v[0];

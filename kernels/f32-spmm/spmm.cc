@@ -287,7 +287,7 @@ void sparse_linear(const SparseLinear& w, const float* x, int64_t ldx, int64_t t
     // 1.04x with the copies (10 interleaved pairs, docs/BENCHMARKS.md).
     const float* xb = x + token_feature_offset(layouts.x, t0, 0, ldx);
     // A tensor of one token (a CNN's classifier at batch 1), token-major: each output sums its
-    // non-zeros in partial sums, reading their inputs straight from the token's row
+    // non-zeros in a vector of partial sums, gathering their inputs straight from the token's row
     // (SpmmArgs::reassociate, offset_shift), instead of a chain of FMAs on vectors of which one
     // lane counts, each waiting on the last. Its bits then depend on the K blocks, and differ
     // from what a call on more tokens gives that token: hence only where the whole tensor is

@@ -129,9 +129,9 @@ struct SpmmArgs {
   // columns it does not store). The sum per element runs group by group, each in order.
   int64_t shifts = 1;
   // Whether the sum per element may run in another order (unshifted packing, n == 1 only): then
-  // a row's non-zeros go round a few scalar partial sums, added at the row's end, instead of one
-  // chain of FMAs on vectors of which one lane counts. A linear layer on one token (a CNN's
-  // classifier at batch 1): see sparse_linear.
+  // a row's non-zeros go a vector at a time, their inputs gathered, into a vector of partial sums
+  // added at the row's end, instead of one chain of FMAs on vectors of which one lane counts. A
+  // linear layer on one token (a CNN's classifier at batch 1): see sparse_linear.
   bool reassociate = false;
   // B's value for non-zero j of column c is src[(offsets[j] >> offset_shift) + c] (with
   // reassociate, a linear layer's offsets, which address a transposed block of kSpmmTokenBlock
