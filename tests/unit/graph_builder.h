@@ -273,7 +273,7 @@ inline std::vector<bool> written_over_residuals(const std::vector<LayerInfo>& la
   std::vector<bool> over;
   for (const LayerInfo& info : layers) {
     if (info.op.rfind("Conv+Add", 0) != 0) continue;
-    over.push_back(info.implementation.find("in place over its residual") != std::string::npos);
+    over.push_back(info.implementation.find("in place over its input") != std::string::npos);
   }
   return over;
 }

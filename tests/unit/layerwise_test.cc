@@ -73,6 +73,22 @@ TEST(Layerwise, OutputOverwritesAResidualOnlyWhereNothingReadsItLater) {
             std::vector<bool>{true});
 }
 
+// A softmax or layer norm writes its rows over its input where nothing reads the input later and
+// its output is not the graph's: in token_net(), the layer norm's input is read again by a
+// residual add, the first softmax's only by it, and the second softmax is a graph output.
+TEST(Layerwise, RowOpsWriteOverTheirInputOnlyWhereNothingReadsItLater) {
+  const NamedTensors inputs = {{"x", random_tensor({2, 128, 24}, 48, -2.0f, 2.0f)}};
+  expect_matches_reference(token_net(), inputs);
+  std::vector<std::pair<std::string, bool>> rows;
+  for (const LayerInfo& info : layerwise(token_net(), inputs, 2)->layers()) {
+    if (info.op != "Softmax" && info.op != "LayerNormalization") continue;
+    rows.emplace_back(info.op, info.implementation.find(runtime::layerwise::kWrittenOverInput) !=
+                                   std::string::npos);
+  }
+  EXPECT_EQ(rows, (std::vector<std::pair<std::string, bool>>{
+                      {"LayerNormalization", false}, {"Softmax", true}, {"Softmax", false}}));
+}
+
 TEST(Layerwise, BatchOfOneMatchesReference) {
   expect_matches_reference(residual_cnn(), {{"x", random_tensor({1, 3, 13, 11}, 12)}});
 }

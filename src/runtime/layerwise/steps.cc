@@ -1075,6 +1075,12 @@ class RowsStep final : public FastStep {
     finish(ctx, false);
   }
 
+  // A row is read whole (its max, or its mean and variance) before any of it is written, and
+  // each element before its own result: the output may take the input's buffer. BERT-base 90%
+  // at batch 8 (its attention scores, 6 MiB a layer, then no longer copied into a second
+  // buffer): 1.01-1.03x layer by layer (two engines in one process, 13 runs each, alternated).
+  int writes_over_input() const override { return 0; }
+
  private:
   int64_t rows_, n_;
   RowNormalization kernel_;

@@ -37,9 +37,10 @@ class Step {
   // weight, its format and packed bytes (describe_node() already set shape and sparsity).
   virtual void describe(LayerInfo& info) const { info.implementation = implementation(); }
   // The input (an index into the node's inputs) whose buffer the output may be written over, or
-  // -1: a residual that the kernel reads element by element just before writing the same
-  // element of the output (kernels::PackedConv::may_overwrite_residual). Whether the executor
-  // does is place_output_over_input()'s question.
+  // -1: one that the kernel has read where it writes before it writes there (a residual read
+  // element by element just before the same element of the output is written,
+  // kernels::PackedConv::may_overwrite_residual; the rows of a softmax or a layer norm). Whether
+  // the executor does is place_output_over_input()'s question.
   virtual int writes_over_input() const { return -1; }
 };
 
@@ -53,7 +54,7 @@ class Step {
 bool place_output_over_input(const graph::Graph& graph, std::size_t n, const Step& step,
                              std::vector<int>& root, std::vector<int>& written_over);
 // What LayerInfo::implementation adds for a node whose output the executor placed so.
-inline constexpr std::string_view kWrittenOverInput = ", in place over its residual";
+inline constexpr std::string_view kWrittenOverInput = ", in place over its input";
 
 // How the layer-by-layer step cuts a dense convolution's output into tasks for `threads` threads
 // at batch `batch`: blocks of `rows` output rows (the whole height: one block per image) x
