@@ -37,10 +37,10 @@ class Step {
   // weight, its format and packed bytes (describe_node() already set shape and sparsity).
   virtual void describe(LayerInfo& info) const { info.implementation = implementation(); }
   // The input (an index into the node's inputs) whose buffer the output may be written over, or
-  // -1: one that the kernel has read where it writes before it writes there (a residual read
-  // element by element just before the same element of the output is written,
-  // kernels::PackedConv::may_overwrite_residual; the rows of a softmax or a layer norm). Whether
-  // the executor does is place_output_over_input()'s question.
+  // -1: one the kernel has finished reading at each place before it writes the output there (a
+  // residual read element by element just before the same element of the output is written,
+  // kernels::PackedConv::may_overwrite_residual; a softmax's or layer norm's rows, each read
+  // whole first). Whether the executor does is place_output_over_input()'s question.
   virtual int writes_over_input() const { return -1; }
 };
 
